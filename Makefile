@@ -1,0 +1,58 @@
+# engram — `make run` sets up and starts everything; `make test` sets up and runs the suite.
+# Every target installs what is missing first, and is safe to run again.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ENV_FILE := .local/engram.env
+# Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
+WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
+
+.PHONY: help install venv postgres db migrate run stop test lint format clean-db
+
+help:
+	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
+	@echo "make test   install what is missing, start Postgres, run the test suite"
+	@echo "make lint   ruff, mypy and the migrations check"
+	@echo "make stop   stop what make run started (server and Postgres)"
+
+install: venv postgres
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required (Python 3.11)"; exit 1; }
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+postgres:
+	@bash scripts/install-postgres.sh
+
+db: postgres
+	@bash scripts/pg.sh start
+
+migrate: venv db
+	@$(WITH_ENV) DATABASE_URL="$$DATABASE_OWNER_URL" $(BIN)/python manage.py migrate --no-input -v 0
+
+run: migrate
+	@bash scripts/run.sh
+
+stop:
+	@bash scripts/run.sh stop
+
+test: venv db
+	@$(WITH_ENV) $(BIN)/pytest
+
+lint: venv db
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	@$(WITH_ENV) $(BIN)/mypy .
+	@$(WITH_ENV) $(BIN)/python manage.py makemigrations --check --dry-run
+
+format: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .

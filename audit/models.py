@@ -1,0 +1,49 @@
+"""Append-only records: the access log of every API request."""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from django.db import models
+
+from tenants.models import ApiKey, Project
+
+
+class AccessLog(models.Model):
+    """One row per API request. The database refuses UPDATE and DELETE on this table.
+
+    `project` and `api_key` are references without database constraints, so the log outlives
+    the key or project it names and deleting them never has to touch (update) a log row.
+    Unauthenticated requests are logged with no project.
+    """
+
+    APPEND_ONLY = True
+
+    # A client-side UUID: inserts need no RETURNING, which row-level security would check
+    # against the SELECT policy (and unauthenticated rows, with no project, fail that).
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(
+        Project, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    api_key = models.ForeignKey(
+        ApiKey, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    request_id = models.CharField(max_length=64)
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=500)
+    action = models.CharField(max_length=100, blank=True)
+    # Scope ids the request touched, e.g. {"user_id": ["alice"]}.
+    scope = models.JSONField(default=dict, blank=True)
+    result_count = models.IntegerField(null=True)
+    status = models.PositiveSmallIntegerField()
+    duration_ms = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            models.Index(fields=["project", "created_at"], name="accesslog_project_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} {self.status}"

@@ -1,0 +1,54 @@
+"""One error shape for the whole API: a JSON object with a human-readable `detail`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler, set_rollback
+
+
+def _first_message(data: Any, path: str = "") -> str:
+    """Flatten DRF's nested validation errors into one line naming the field."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            name = path if key == "non_field_errors" else (f"{path}.{key}" if path else str(key))
+            return _first_message(value, name)
+    if isinstance(data, list) and data:
+        return _first_message(data[0], path)
+    return f"{path}: {data}" if path else str(data)
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, RequestDataTooBig):
+        set_rollback()
+        limit = settings.ENGRAM_MAX_BODY_BYTES
+        return Response(
+            {"detail": f"Request body exceeds the limit of {limit} bytes."},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError) and isinstance(response.data, dict | list):
+        errors = response.data
+        response.data = {"detail": _first_message(errors), "errors": errors}
+    elif not isinstance(response.data, dict) or "detail" not in response.data:
+        response.data = {"detail": _first_message(response.data)}
+    return response
+
+
+def json_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
+def json_server_error(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"detail": "Internal server error."}, status=500)
+
+
+def json_bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return JsonResponse({"detail": "Bad request."}, status=400)

@@ -1,0 +1,199 @@
+"""engram settings. Every value comes from the environment, read through config.env helpers.
+
+See README.md § Configuration for the full list of variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import (
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_optional,
+    env_secret,
+    env_str,
+)
+
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# "local" relaxes what a laptop or CI cannot provide (a secret key); everything else is production.
+ENGRAM_ENV = env_choice("ENGRAM_ENV", "production", ("local", "production"))
+LOCAL = ENGRAM_ENV == "local"
+
+DEBUG = env_bool("ENGRAM_DEBUG", False)
+
+_secret = env_secret("ENGRAM_SECRET_KEY")
+if _secret is None:
+    if not LOCAL:
+        raise ImproperlyConfigured(
+            "Set ENGRAM_SECRET_KEY (or ENGRAM_SECRET_KEY_FILE) in production."
+        )
+    _secret = "engram-local-development-only-not-a-secret"  # noqa: S105 - refused outside ENGRAM_ENV=local
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env_list("ENGRAM_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("ENGRAM_CSRF_TRUSTED_ORIGINS", [])
+if env_bool("ENGRAM_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "tenants",
+    "memory",
+    "audit",
+]
+
+MIDDLEWARE = [
+    "config.middleware.RequestIdMiddleware",
+    "config.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "audit.middleware.AccessLogMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ------------------------------------------------------------------------------
+# DATABASE_URL is the application role: neither superuser nor BYPASSRLS, so row-level security
+# applies to every query the app runs. DATABASE_OWNER_URL owns the schema and runs migrations
+# (`make migrate`, and the test suite's database set-up); the app never connects with it.
+_db_url = env_optional("DATABASE_URL")
+if _db_url is None:
+    raise ImproperlyConfigured(
+        "Set DATABASE_URL (postgresql://user:password@host:port/name). "
+        "`make run` and `make test` write one for the local cluster to .local/engram.env."
+    )
+_conn_max_age = env_int("ENGRAM_DB_CONN_MAX_AGE", 60, minimum=0)
+DATABASES = {
+    "default": dj_database_url.parse(_db_url, conn_max_age=_conn_max_age, conn_health_checks=True)
+}
+# Every view runs in one transaction: the tenant context (SET LOCAL engram.project_id) lives
+# exactly as long as it, and a failing request writes nothing.
+DATABASES["default"]["ATOMIC_REQUESTS"] = True
+_owner_url = env_optional("DATABASE_OWNER_URL")
+ENGRAM_DB_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
+# The role that gets runtime privileges (SELECT/INSERT/UPDATE/DELETE) after each migration.
+ENGRAM_DB_APP_ROLE = env_str("ENGRAM_DB_APP_ROLE", str(DATABASES["default"].get("USER") or ""))
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env_str("ENGRAM_STATIC_ROOT", str(BASE_DIR / ".local" / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+# Locally the files are served straight from the apps, so no collectstatic step is needed.
+WHITENOISE_USE_FINDERS = LOCAL
+if LOCAL:
+    STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+
+# --- API -----------------------------------------------------------------------------------
+# Request bodies larger than this are refused with 413 before they are read.
+ENGRAM_MAX_BODY_BYTES = env_int("ENGRAM_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = ENGRAM_MAX_BODY_BYTES
+# An API key's last_used_at is refreshed at most this often, so reads do not write every time.
+ENGRAM_KEY_LAST_USED_RESOLUTION_SECONDS = 60
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["tenants.authentication.HasProjectKey"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.exceptions.api_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "engram API",
+    "DESCRIPTION": (
+        "Long-term memory for AI agents. Wire-compatible with the Mem0 Platform API: "
+        "authenticate with `Authorization: Token <api key>`."
+    ),
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Logging -------------------------------------------------------------------------------
+LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+LOG_FORMAT = env_choice("ENGRAM_LOG_FORMAT", "json", ("json", "text"))
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "config.middleware.RequestIdLogFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["request_id"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

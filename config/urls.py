@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from tenants import api as tenants_api
+
+handler400 = "config.exceptions.json_bad_request"
+handler404 = "config.exceptions.json_not_found"
+handler500 = "config.exceptions.json_server_error"
+
+urlpatterns = [
+    path("v1/ping/", tenants_api.ping, name="ping"),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
+        name="schema",
+    ),
+    path(
+        "api/docs/",
+        SpectacularSwaggerView.as_view(
+            url_name="schema", authentication_classes=[], permission_classes=[]
+        ),
+        name="docs",
+    ),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `make run`: serve engram on 127.0.0.1:$ENGRAM_PORT (default 8000) against the local cluster,
+# with a demo organization, project and API key. Ctrl-C (or `make stop`) stops what it started.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+LOCAL="$ROOT/.local"
+PORT="${ENGRAM_PORT:-8000}"
+BIN="$ROOT/.venv/bin"
+KEY_FILE="$LOCAL/demo_api_key"
+PIDS="$LOCAL/run.pids"
+
+stop() {
+    if [ -f "$PIDS" ]; then
+        while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$PIDS"
+        rm -f "$PIDS"
+    fi
+    if [ -f "$LOCAL/pg.started-by-us" ]; then bash "$ROOT/scripts/pg.sh" stop; fi
+}
+
+if [ "${1:-}" = "stop" ]; then
+    stop
+    exit 0
+fi
+
+set -a; . "$LOCAL/engram.env"; set +a
+
+"$BIN/python" manage.py collectstatic --no-input -v 0
+
+# The raw key cannot be recovered from its hash, so the demo key is kept in .local (mode 600)
+# and minted again only when it no longer authenticates (e.g. after the database was reset).
+mint_key() {
+    (umask 077; "$BIN/python" manage.py create_api_key --org demo --project demo --name "make run" \
+        | tail -n 1 > "$KEY_FILE")
+}
+[ -s "$KEY_FILE" ] || mint_key
+
+trap 'echo; echo "Stopping…"; stop; exit 0' INT TERM
+
+"$BIN/gunicorn" config.wsgi:application --bind "127.0.0.1:$PORT" \
+    --workers "${ENGRAM_WEB_WORKERS:-2}" --threads 4 --access-logfile - &
+echo $! >> "$PIDS"
+
+for _ in $(seq 1 50); do
+    curl -fsS -o /dev/null "http://127.0.0.1:$PORT/api/schema/" 2>/dev/null && break
+    sleep 0.2
+done
+status=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Token $(cat "$KEY_FILE")" \
+    "http://127.0.0.1:$PORT/v1/ping/")
+if [ "$status" = "401" ]; then mint_key; fi
+
+cat <<MSG
+
+  engram is running.
+    API       http://127.0.0.1:$PORT/        (Mem0-compatible; try /v1/ping/)
+    API docs  http://127.0.0.1:$PORT/api/docs/
+    API key   $(cat "$KEY_FILE")
+
+  Python:  MemoryClient(host="http://127.0.0.1:$PORT", api_key="<the key above>")
+  Stop with Ctrl-C or \`make stop\`.
+
+MSG
+wait

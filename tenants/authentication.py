@@ -1,0 +1,68 @@
+"""API-key authentication (`Authorization: Token <key>`, also `Bearer`) and the tenant context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+
+from audit.access import access_record
+from tenants.db import activate_project
+from tenants.models import KEY_PREFIX_LENGTH, ApiKey
+
+SCHEMES = {"token", "bearer"}
+
+
+def authenticate_key(raw_key: str) -> ApiKey:
+    """Return the active key matching `raw_key`, or raise AuthenticationFailed."""
+    key = (
+        ApiKey.objects.select_related("project__organization", "created_by")
+        .filter(prefix=raw_key[:KEY_PREFIX_LENGTH])
+        .first()
+    )
+    # Compare the hash even when the prefix is unknown, so timing does not tell the two apart.
+    candidate_hash = key.key_hash if key else "0" * 64
+    probe = ApiKey(key_hash=candidate_hash)
+    if key is None or not probe.matches(raw_key):
+        raise exceptions.AuthenticationFailed("Invalid API key.")
+    if key.is_revoked:
+        raise exceptions.AuthenticationFailed("This API key has been revoked.")
+    return key
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    keyword = "Token"
+
+    def authenticate(self, request: Request) -> tuple[None, ApiKey] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        parts = header.split()
+        if len(parts) != 2 or parts[0].lower() not in SCHEMES:
+            raise exceptions.AuthenticationFailed(
+                "Malformed Authorization header: expected 'Token <api key>'."
+            )
+        key = authenticate_key(parts[1])
+        # The view runs in one transaction (ATOMIC_REQUESTS): from here on, row-level security
+        # shows this project's rows and nothing else.
+        activate_project(key.project_id)
+        access_record(request).api_key = key
+        return (None, key)
+
+    def authenticate_header(self, request: Request) -> str:
+        return self.keyword
+
+
+def request_key(request: Request) -> ApiKey:
+    """The authenticated request's API key (views behind HasProjectKey always have one)."""
+    if not isinstance(request.auth, ApiKey):
+        raise exceptions.NotAuthenticated()
+    return request.auth
+
+
+class HasProjectKey(permissions.BasePermission):
+    message = "Authentication credentials were not provided: send 'Authorization: Token <api key>'."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, ApiKey)

@@ -1,0 +1,111 @@
+"""Row-level security plumbing: the per-transaction tenant context, policies and grants.
+
+Every tenant-scoped table carries `project_id` and a policy comparing it with
+`engram_current_project()`, which reads the transaction-local setting `engram.project_id`.
+Without that setting a query sees no rows and can write none.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.db import connections, migrations, transaction
+from psycopg import sql
+
+SETTING = "engram.project_id"
+
+CURRENT_PROJECT_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION engram_current_project() RETURNS uuid
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT NULLIF(current_setting('{SETTING}', true), '')::uuid $$;
+"""
+
+
+def activate_project(project_id: uuid.UUID | str | None, using: str = "default") -> None:
+    """Make `project_id` the tenant of the current transaction (SET LOCAL semantics).
+
+    None clears it: the transaction then sees no tenant rows.
+    """
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        raise RuntimeError("activate_project() needs a transaction: use project_context().")
+    with connection.cursor() as cursor:
+        value = "" if project_id is None else str(project_id)
+        cursor.execute("SELECT set_config(%s, %s, true)", [SETTING, value])
+
+
+def active_project(using: str = "default") -> uuid.UUID | None:
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT engram_current_project()")
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+@contextmanager
+def project_context(project_id: uuid.UUID | str | None, using: str = "default") -> Iterator[None]:
+    """Run the block in a transaction whose tenant is `project_id` (for commands and workers).
+
+    Nested use restores the outer tenant on exit, since SET LOCAL outlives a released savepoint.
+    """
+    nested = connections[using].in_atomic_block
+    with transaction.atomic(using=using):
+        outer = active_project(using) if nested else None
+        activate_project(project_id, using)
+        yield
+        # On an exception the savepoint's rollback already restores the setting.
+        if nested:
+            activate_project(outer, using)
+
+
+def enable_row_level_security(table: str) -> migrations.RunSQL:
+    """Migration operation: enable and force RLS on `table` with the project policy."""
+    return migrations.RunSQL(
+        sql=[
+            f'ALTER TABLE "{table}" ENABLE ROW LEVEL SECURITY',
+            f'ALTER TABLE "{table}" FORCE ROW LEVEL SECURITY',
+            f'CREATE POLICY project_isolation ON "{table}" '
+            "USING (project_id = engram_current_project()) "
+            "WITH CHECK (project_id = engram_current_project())",
+        ],
+        reverse_sql=[
+            f'DROP POLICY IF EXISTS project_isolation ON "{table}"',
+            f'ALTER TABLE "{table}" NO FORCE ROW LEVEL SECURITY',
+            f'ALTER TABLE "{table}" DISABLE ROW LEVEL SECURITY',
+        ],
+    )
+
+
+def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
+    """After each migrate, give the application role what it needs and no more.
+
+    Runs as the owner role. Tables whose model sets `APPEND_ONLY = True` get INSERT and SELECT
+    only (their triggers also refuse UPDATE and DELETE, for every role).
+    """
+    connection = connections[using]
+    role: str = settings.ENGRAM_DB_APP_ROLE
+    if not role or role == connection.settings_dict.get("USER"):
+        return
+    append_only = [m._meta.db_table for m in apps.get_models() if getattr(m, "APPEND_ONLY", False)]
+    ident = sql.Identifier(role)
+    statements = [
+        sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(ident),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}").format(
+            ident
+        ),
+        sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(ident),
+        *(
+            sql.SQL("REVOKE UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(
+                sql.Identifier(table), ident
+            )
+            for table in append_only
+        ),
+    ]
+    with connection.cursor() as cursor:
+        raw = cursor.connection
+        for statement in statements:
+            cursor.execute(statement.as_string(raw))

@@ -1,0 +1,70 @@
+"""The API's error contract, checked on a small echo endpoint mounted only for these tests."""
+
+from __future__ import annotations
+
+from django.test import override_settings
+from django.urls import path
+from rest_framework import serializers
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from tests.base import BaseTestCase
+from tests.factory import auth
+
+
+class EchoSerializer(serializers.Serializer[dict[str, object]]):
+    text = serializers.CharField()
+    count = serializers.IntegerField(min_value=1)
+
+
+@api_view(["POST"])
+def echo(request: Request) -> Response:
+    serializer = EchoSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return Response(serializer.validated_data)
+
+
+urlpatterns = [path("v1/echo/", echo)]
+
+
+@override_settings(ROOT_URLCONF=__name__, ENGRAM_MAX_BODY_BYTES=2048)
+class ApiErrorsTestCase(BaseTestCase):
+    def post(self, body: str | bytes) -> dict[str, object]:
+        response = self.client.post(
+            "/v1/echo/", body, content_type="application/json", headers=auth(self.alice.raw)
+        )
+        return {"status": response.status_code, **response.json()}
+
+    def test_it_accepts_a_valid_body(self) -> None:
+        assert self.post('{"text": "hi", "count": 2}') == {"status": 200, "text": "hi", "count": 2}
+
+    def test_it_explains_invalid_json(self) -> None:
+        result = self.post('{"text": ')
+        assert result["status"] == 400
+        assert "JSON parse error" in str(result["detail"])
+
+    def test_it_names_the_field_in_a_validation_error(self) -> None:
+        result = self.post('{"text": "hi", "count": 0}')
+        assert result["status"] == 400
+        assert str(result["detail"]).startswith("count: ")
+        assert result["errors"] == {"count": ["Ensure this value is greater than or equal to 1."]}
+
+    def test_it_refuses_an_oversized_body_with_413(self) -> None:
+        result = self.post('{"text": "' + "x" * 4096 + '", "count": 1}')
+        assert result["status"] == 413
+        assert "limit is 2048 bytes" in str(result["detail"])
+
+    def test_it_refuses_a_non_json_content_type(self) -> None:
+        response = self.client.post(
+            "/v1/echo/", "text=hi", content_type="text/plain", headers=auth(self.alice.raw)
+        )
+        assert response.status_code == 415
+        assert "detail" in response.json()
+
+
+class NotFoundTestCase(BaseTestCase):
+    def test_it_answers_unknown_paths_with_json(self) -> None:
+        response = self.client.get("/v1/nothing-here/", headers=auth(self.alice.raw))
+        assert response.status_code == 404
+        assert response.json() == {"detail": "Not found."}

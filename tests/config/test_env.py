@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_choice, env_int, env_list, env_secret
+
+
+def test_it_parses_booleans_and_refuses_anything_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_FLAG", "Yes")
+    assert env_bool("X_FLAG", False) is True
+    monkeypatch.setenv("X_FLAG", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="X_FLAG"):
+        env_bool("X_FLAG", False)
+
+
+def test_it_enforces_integer_minimums(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_INT", "12")
+    assert env_int("X_INT", 1, minimum=10) == 12
+    monkeypatch.setenv("X_INT", "3")
+    with pytest.raises(ImproperlyConfigured, match="minimum"):
+        env_int("X_INT", 1, minimum=10)
+    monkeypatch.setenv("X_INT", "twelve")
+    with pytest.raises(ImproperlyConfigured, match="not an integer"):
+        env_int("X_INT", 1)
+
+
+def test_it_splits_lists_and_checks_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_LIST", " a.example, b.example ,,")
+    assert env_list("X_LIST", []) == ["a.example", "b.example"]
+    monkeypatch.setenv("X_CHOICE", "loud")
+    with pytest.raises(ImproperlyConfigured, match="must be one of"):
+        env_choice("X_CHOICE", "json", ("json", "text"))
+
+
+def test_it_reads_secrets_from_files(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret\n")
+    monkeypatch.delenv("X_SECRET", raising=False)
+    monkeypatch.setenv("X_SECRET_FILE", str(secret_file))
+    assert env_secret("X_SECRET") == "s3cret"
+    monkeypatch.setenv("X_SECRET", "other")
+    with pytest.raises(ImproperlyConfigured, match="not both"):
+        env_secret("X_SECRET")
+
+
+def start_django(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={"DJANGO_SETTINGS_MODULE": "config.settings", "PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_it_requires_a_secret_key_in_production() -> None:
+    result = start_django(DATABASE_URL="postgresql://u:p@127.0.0.1:1/x", ENGRAM_ENV="production")
+    assert result.returncode != 0
+    assert "ENGRAM_SECRET_KEY" in result.stderr
+
+
+def test_it_requires_a_database_url() -> None:
+    result = start_django(ENGRAM_ENV="local")
+    assert result.returncode != 0
+    assert "DATABASE_URL" in result.stderr
+
+
+def test_it_starts_with_debug_off_by_default() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.DEBUG, settings.ALLOWED_HOSTS)",
+        ],
+        env={
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": "postgresql://u:p@127.0.0.1:1/x",
+            "ENGRAM_SECRET_KEY": "k" * 50,
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.split(" ", 1) == ["False", "['localhost', '127.0.0.1', '[::1]']\n"]

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from django.test import TestCase
+
+
+class OpenApiTestCase(TestCase):
+    def test_it_serves_the_schema_with_the_ping_path(self) -> None:
+        response = self.client.get("/api/schema/", HTTP_ACCEPT="application/json")
+        assert response.status_code == 200
+        schema = response.json()
+        assert "/v1/ping/" in schema["paths"]
+        assert "ApiKeyAuth" in schema["components"]["securitySchemes"]
+
+    def test_it_serves_the_docs_page_with_local_assets_only(self) -> None:
+        response = self.client.get("/api/docs/")
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
+        assert "https://" not in html and "http://" not in html
+
+    def test_it_serves_the_docs_assets(self) -> None:
+        asset = "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
+        response = self.client.get(asset)
+        assert response.status_code == 200

@@ -1,0 +1,105 @@
+"""Row-level security is the second wall: raw SQL, with no ORM filter, still sees one tenant."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from audit.models import AccessLog
+from tenants.db import project_context
+from tests.base import BaseTestCase
+
+# Tables that carry project_id but are deliberately not under RLS, with the reason.
+RLS_EXEMPT = {
+    "tenants_apikey": "a key is looked up by its prefix before its project is known; holds hashes",
+}
+
+# One builder per tenant-scoped table. A new tenant table without an entry here fails
+# test_it_covers_every_tenant_table, so its isolation is tested the day it is added.
+ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
+    "audit_accesslog": lambda project_id: AccessLog.objects.create(
+        project_id=project_id, request_id="r", method="GET", path="/", status=200, duration_ms=1
+    ),
+}
+
+
+def tenant_tables() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND column_name = 'project_id'"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def project_ids_in(table: str) -> list[uuid.UUID]:
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT project_id FROM "{table}"')  # noqa: S608 - table names from the catalog
+        return [row[0] for row in cursor.fetchall()]
+
+
+class RowLevelSecurityTestCase(BaseTestCase):
+    def setUp(self) -> None:
+        self.a = self.alice.key.project_id
+        self.b = self.charlie.key.project_id
+        for table, make in ROW_FACTORIES.items():
+            for project_id in (self.a, self.b):
+                with project_context(project_id):
+                    make(project_id)
+            assert table
+
+    def test_it_runs_as_a_role_that_cannot_bypass_rls(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+            )
+            assert cursor.fetchone() == (False, False)
+
+    def test_it_covers_every_tenant_table(self) -> None:
+        assert tenant_tables() - RLS_EXEMPT.keys() == ROW_FACTORIES.keys()
+
+    def test_it_enables_and_forces_rls_with_a_policy_on_every_tenant_table(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, "
+                "(SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid) "
+                "FROM pg_class c WHERE c.relname = ANY(%s)",
+                [sorted(tenant_tables() - RLS_EXEMPT.keys())],
+            )
+            rows = cursor.fetchall()
+        assert rows
+        for name, enabled, forced, policies in rows:
+            assert (enabled, forced) == (True, True), name
+            assert policies >= 1, name
+
+    def test_it_shows_one_project_only_its_own_rows(self) -> None:
+        for table in ROW_FACTORIES:
+            with project_context(self.a):
+                seen = project_ids_in(table)
+            assert seen, table
+            assert set(seen) == {self.a}, table
+
+    def test_it_shows_nothing_without_a_tenant_context(self) -> None:
+        for table in ROW_FACTORIES:
+            assert project_ids_in(table) == [], table
+
+    def test_it_refuses_to_write_a_row_for_another_project(self) -> None:
+        for table, make in ROW_FACTORIES.items():
+            with pytest.raises(DatabaseError, match="row-level security"), project_context(self.a):
+                make(self.b)
+            assert table
+
+    def test_it_refuses_to_write_without_a_tenant_context(self) -> None:
+        for make in ROW_FACTORIES.values():
+            with pytest.raises(DatabaseError, match="row-level security"), transaction.atomic():
+                make(self.a)
+
+    def test_it_restores_the_outer_tenant_after_a_nested_context(self) -> None:
+        with project_context(self.a):
+            with project_context(self.b):
+                assert set(project_ids_in("audit_accesslog")) == {self.b}
+            assert set(project_ids_in("audit_accesslog")) == {self.a}
