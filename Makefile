@@ -45,6 +45,7 @@ stop:
 	@bash scripts/run.sh stop
 
 test: venv db
+	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 
 lint: venv db
