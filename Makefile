@@ -10,7 +10,7 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres db migrate run stop test lint format clean-db
+.PHONY: help install venv postgres model db migrate run stop test lint format
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
@@ -18,7 +18,7 @@ help:
 	@echo "make lint   ruff, mypy and the migrations check"
 	@echo "make stop   stop what make run started (server and Postgres)"
 
-install: venv postgres
+install: venv postgres model
 
 venv: $(STAMP)
 
@@ -32,19 +32,22 @@ $(STAMP): pyproject.toml
 postgres:
 	@bash scripts/install-postgres.sh
 
+model:
+	@bash scripts/export-model.sh
+
 db: postgres
 	@bash scripts/pg.sh start
 
 migrate: venv db
 	@$(WITH_ENV) DATABASE_URL="$$DATABASE_OWNER_URL" $(BIN)/python manage.py migrate --no-input -v 0
 
-run: migrate
+run: migrate model
 	@bash scripts/run.sh
 
 stop:
 	@bash scripts/run.sh stop
 
-test: venv db
+test: venv db model
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 

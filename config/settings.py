@@ -172,6 +172,16 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# --- Memory -------------------------------------------------------------------------------
+# The ONNX export of all-MiniLM-L6-v2 (scripts/export-model.sh puts it there; sha256-pinned).
+ENGRAM_MODEL_DIR = Path(
+    env_str(
+        "ENGRAM_MODEL_DIR", str(Path.home() / ".cache" / "engram" / "models" / "all-MiniLM-L6-v2")
+    )
+)
+ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 2, minimum=1)
+EMBEDDING_DIMENSIONS = 384
+
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
 LOG_FORMAT = env_choice("ENGRAM_LOG_FORMAT", "json", ("json", "text"))

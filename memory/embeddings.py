@@ -1,0 +1,120 @@
+"""Text embeddings: all-MiniLM-L6-v2 run with onnxruntime (no torch at run time).
+
+One model is loaded per process, on first use. `embed()` is the whole interface the rest of
+engram uses; another backend (a hosted embedding API) only has to implement `Embedder`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+PINS_FILE = Path(__file__).with_name("model.sha256")
+MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
+BATCH_SIZE = 64
+
+Vectors = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Return one L2-normalised row per text."""
+        ...
+
+
+def verify_model_files(model_dir: Path) -> None:
+    """Refuse to start on a missing or altered model: the sha256 pins are in model.sha256."""
+    for line in PINS_FILE.read_text().splitlines():
+        expected, name = line.split()
+        path = model_dir / name
+        if not path.is_file():
+            raise ImproperlyConfigured(
+                f"Embedding model file {path} is missing: run `make model` "
+                "(scripts/export-model.sh) or set ENGRAM_MODEL_DIR."
+            )
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != expected:
+            raise ImproperlyConfigured(
+                f"{path} has sha256 {digest}, expected {expected}: delete the directory and "
+                "run `make model` again."
+            )
+
+
+class OnnxMiniLM:
+    """sentence-transformers' all-MiniLM-L6-v2: BERT, mean pooling, L2 normalisation."""
+
+    name = "all-MiniLM-L6-v2"
+    dimensions = 384
+
+    def __init__(self, model_dir: Path, threads: int) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        verify_model_files(model_dir)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.enable_truncation(MAX_TOKENS)
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 - a token name
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        # Batches of similar lengths pad less; results are put back in the caller's order.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        for start in range(0, len(order), BATCH_SIZE):
+            chunk = order[start : start + BATCH_SIZE]
+            out[chunk] = self._embed_batch([texts[i] for i in chunk])
+        return out
+
+    def _embed_batch(self, texts: list[str]) -> Vectors:
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        hidden = self.session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+_lock = threading.Lock()
+_embedder: Embedder | None = None
+
+
+def get_embedder() -> Embedder:
+    global _embedder  # noqa: PLW0603 - one loaded model per process, created on first use
+    if _embedder is None:
+        with _lock:
+            if _embedder is None:
+                _embedder = OnnxMiniLM(
+                    Path(settings.ENGRAM_MODEL_DIR), threads=settings.ENGRAM_EMBED_THREADS
+                )
+    return _embedder
+
+
+def embed(texts: Sequence[str]) -> Vectors:
+    return get_embedder().embed(texts)
+
+
+def embed_one(text: str) -> list[float]:
+    return [float(x) for x in embed([text])[0]]
