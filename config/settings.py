@@ -112,6 +112,11 @@ DATABASES = {
 # Every view runs in one transaction: the tenant context (SET LOCAL engram.project_id) lives
 # exactly as long as it, and a failing request writes nothing.
 DATABASES["default"]["ATOMIC_REQUESTS"] = True
+# pgvector: let a filtered HNSW scan keep going until it has enough rows (0.8's iterative scan),
+# instead of returning at most ef_search candidates before the scope filter.
+DATABASES["default"]["OPTIONS"] = {
+    "options": "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100"
+}
 _owner_url = env_optional("DATABASE_OWNER_URL")
 ENGRAM_DB_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
 # The role that gets runtime privileges (SELECT/INSERT/UPDATE/DELETE) after each migration.
@@ -181,6 +186,9 @@ ENGRAM_MODEL_DIR = Path(
 )
 ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 2, minimum=1)
 EMBEDDING_DIMENSIONS = 384
+# Limits on what one add request may carry (each is a 400 with a clear detail when exceeded).
+ENGRAM_MAX_MESSAGE_CHARS = env_int("ENGRAM_MAX_MESSAGE_CHARS", 20_000, minimum=100)
+ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
 
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

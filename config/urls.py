@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from tenants import api as tenants_api
@@ -12,6 +12,7 @@ handler500 = "config.exceptions.json_server_error"
 
 urlpatterns = [
     path("v1/ping/", tenants_api.ping, name="ping"),
+    path("", include("memory.api.urls")),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),

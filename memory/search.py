@@ -1,0 +1,92 @@
+"""Hybrid search: semantic and keyword candidates gathered and scored in one SQL statement.
+
+The statement has two candidate subqueries over the caller's (already scoped and filtered)
+queryset, so both see the same project, scope and filters, and row-level security applies:
+
+- semantic: ORDER BY embedding <=> query LIMIT n. On a small scope the planner walks the scope's
+  btree index and sorts exactly; on a large one it uses the HNSW index with
+  hnsw.iterative_scan (set per connection in settings) so a filter cannot starve the results;
+- keyword: the query's words OR-ed (websearch_to_tsquery, & turned into |) against the
+  weighted tsvector, ranked by ts_rank.
+
+The outer query computes both signals for every candidate; scoring.fuse() combines them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+
+from memory.embeddings import embed_one
+from memory.models import TEXT_SEARCH_CONFIG, Memory, MemoryQuerySet
+from memory.scoring import Score, Signals, fuse
+
+SEMANTIC_CANDIDATES = 100
+KEYWORD_CANDIDATES = 100
+# ts_rank weights for {D, C, B, A}: a memory's own words (A) count most, then the previous
+# message's (B), then the next one's (C).
+RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
+# Any query word may match; websearch_to_tsquery alone would require all of them.
+OR_QUERY = f"replace(websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s)::text, ' & ', ' | ')::tsquery"
+
+COLUMNS = (
+    "id, project_id, user_id, agent_id, app_id, run_id, text, hash, metadata, categories, role, "
+    "actor_id, created_at, updated_at, expiration_date, structured_attributes, state, "
+    "replaced_by_id, immutable, source_event_id, source_positions"
+)
+
+
+@dataclass(frozen=True)
+class ScoredMemory:
+    memory: Memory
+    score: Score
+
+
+def hybrid_search(
+    queryset: MemoryQuerySet,
+    query: str,
+    *,
+    top_k: int,
+    threshold: float,
+    embedding: list[float] | None = None,
+) -> list[ScoredMemory]:
+    """Return up to top_k memories of `queryset` best matching `query`, best first."""
+    vector = embedding if embedding is not None else embed_one(query)
+    vector_literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+    limit = max(top_k, SEMANTIC_CANDIDATES)
+    semantic_sql, semantic_params = (
+        # RawSQL here and below: fixed SQL text, the query and vector go in as parameters.
+        queryset.annotate(distance=RawSQL("embedding <=> %s::vector", [vector_literal]))
+        .order_by("distance")
+        .values("id")[:limit]
+        .query.sql_with_params()
+    )
+    keyword_sql, keyword_params = (
+        queryset.annotate(
+            rank=RawSQL(f"ts_rank(%s::real[], search_vector, {OR_QUERY})", [RANK_WEIGHTS, query])  # noqa: S611
+        )
+        .filter(RawSQL(f"search_vector @@ {OR_QUERY}", [query], output_field=BooleanField()))  # noqa: S611
+        .order_by("-rank")
+        .values("id")[: max(top_k, KEYWORD_CANDIDATES)]
+        .query.sql_with_params()
+    )
+    # The subqueries are Django's compiled SQL; every value is a parameter.
+    sql = (
+        f"SELECT {COLUMNS}, 1 - (embedding <=> %s::vector) AS semantic, "  # noqa: S608
+        f"ts_rank(%s::real[], search_vector, {OR_QUERY}) AS keyword "
+        "FROM memory_memory WHERE id IN ("
+        f"({semantic_sql}) UNION ({keyword_sql}))"
+    )
+    params = (vector_literal, RANK_WEIGHTS, query, *semantic_params, *keyword_params)
+    rows = list(Memory.objects.raw(sql, params))
+    scores = fuse(
+        [Signals(getattr(r, "semantic"), getattr(r, "keyword"), r.source_event_id) for r in rows]  # noqa: B009 - raw() columns
+    )
+    ranked = sorted(
+        (ScoredMemory(row, score) for row, score in zip(rows, scores, strict=True)),
+        key=lambda item: item.score.score,
+        reverse=True,
+    )
+    return [item for item in ranked if item.score.score >= threshold][:top_k]
