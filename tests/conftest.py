@@ -5,6 +5,7 @@ So row-level security, grants and append-only triggers are exercised exactly as 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,12 +22,21 @@ def _use_credentials(user: str | None, password: str | None) -> None:
     connection.settings_dict["PASSWORD"] = password
 
 
+_APP_CREDENTIALS: tuple[str | None, str | None] = (None, None)
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(
     request: pytest.FixtureRequest, django_test_environment: None, django_db_blocker: Any
 ) -> Iterator[None]:
+    global _APP_CREDENTIALS  # noqa: PLW0603 - remembered once per session
     app = connections["default"].settings_dict
-    app_credentials = (app["USER"], app["PASSWORD"])
+    # One test database per pytest process, so parallel runs on one cluster do not collide.
+    app.setdefault("TEST", {})["NAME"] = f"test_{app['NAME']}_{os.getpid()}"
+    # Live-server request threads must not keep connections open past their request, or the
+    # test database cannot be dropped at the end.
+    app["CONN_MAX_AGE"] = 0
+    app_credentials = _APP_CREDENTIALS = (app["USER"], app["PASSWORD"])
     owner = settings.ENGRAM_DB_OWNER
     owner_credentials = (owner["USER"], owner["PASSWORD"]) if owner else app_credentials
     verbosity = request.config.option.verbose
@@ -38,3 +48,24 @@ def django_db_setup(
     with django_db_blocker.unblock():
         _use_credentials(*owner_credentials)
         teardown_databases(db_config, verbosity=verbosity)
+
+
+@pytest.fixture(autouse=True)
+def _app_role() -> None:
+    """Every test starts connected as the application role (live_api may have switched)."""
+    connection = connections["default"]
+    if _APP_CREDENTIALS != (None, None) and connection.settings_dict["USER"] != _APP_CREDENTIALS[0]:
+        _use_credentials(*_APP_CREDENTIALS)
+
+
+@pytest.fixture
+def live_api(transactional_db: None, live_server: Any) -> Iterator[str]:
+    """A real HTTP server on this test database; its rows are committed.
+
+    Afterwards the tables are emptied with TRUNCATE, which the application role may not do
+    (append-only audit tables): the flush that follows this fixture runs as the owner role.
+    """
+    yield str(live_server.url)
+    owner = settings.ENGRAM_DB_OWNER
+    if owner:
+        _use_credentials(owner["USER"], owner["PASSWORD"])

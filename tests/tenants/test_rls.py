@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from audit.models import AccessLog
+from audit.models import AccessLog, MemoryHistory
+from memory.models import Feedback, MemoryExport
 from tenants.db import project_context
 from tests.base import BaseTestCase
+from tests.factory import make_memory
 
 # Tables that carry project_id but are deliberately not under RLS, with the reason.
 RLS_EXEMPT = {
@@ -23,6 +25,16 @@ RLS_EXEMPT = {
 ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     "audit_accesslog": lambda project_id: AccessLog.objects.create(
         project_id=project_id, request_id="r", method="GET", path="/", status=200, duration_ms=1
+    ),
+    "memory_memory": lambda project_id: make_memory(project_id),
+    "audit_memoryhistory": lambda project_id: MemoryHistory.objects.create(
+        project_id=project_id, memory_id=uuid.uuid4(), event="ADD", new_memory="x", actor="test"
+    ),
+    "memory_feedback": lambda project_id: Feedback.objects.create(
+        project_id=project_id, memory=make_memory(project_id), feedback="POSITIVE"
+    ),
+    "memory_memoryexport": lambda project_id: MemoryExport.objects.create(
+        project_id=project_id, result=[]
     ),
 }
 

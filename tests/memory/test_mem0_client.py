@@ -1,0 +1,100 @@
+"""The official mem0ai client (2.x) against a live engram server, over real HTTP."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.factory import make_key
+
+
+@pytest.fixture
+def client(live_api: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
+    monkeypatch.setenv("MEM0_TELEMETRY", "False")
+    monkeypatch.setenv("MEM0_DIR", str(tmp_path))
+    from mem0 import MemoryClient
+
+    key = make_key("acme", "client-test")
+    client = MemoryClient(host=live_api, api_key=key.raw)
+    yield client
+    client.client.close()
+
+
+def add(client: Any, texts: list[str], user_id: str) -> list[dict[str, Any]]:
+    messages = [{"role": "user", "content": t} for t in texts]
+    response = client.add(messages, filters={"user_id": user_id}, infer=False)
+    assert response["status"] == "SUCCEEDED"
+    return response["results"]
+
+
+def test_it_serves_the_official_client_end_to_end(client: Any) -> None:
+    results = add(
+        client,
+        ["I love dark roast coffee", "My sister lives in Lisbon", "I am allergic to peanuts"],
+        "alice",
+    )
+    assert [r["event"] for r in results] == ["ADD", "ADD", "ADD"]
+    coffee_id = results[0]["id"]
+
+    found = client.search("what does the user drink?", filters={"user_id": "alice"}, top_k=2)
+    assert found["results"][0]["memory"] == "I love dark roast coffee"
+    assert set(found["results"][0]["score_breakdown"]) == {"semantic", "bm25", "entity"}
+
+    page = client.get_all(filters={"user_id": "alice"}, page=1, page_size=2)
+    assert (page["count"], len(page["results"])) == (3, 2)
+    assert page["next"] is not None
+    last = client.get_all(filters={"user_id": "alice"}, page=2, page_size=2)
+    assert len(last["results"]) == 1
+
+    assert client.get(coffee_id)["memory"] == "I love dark roast coffee"
+    client.update(coffee_id, text="I love light roast coffee", metadata={"v": 2})
+    updated = client.get(coffee_id)
+    assert (updated["memory"], updated["metadata"]) == ("I love light roast coffee", {"v": 2})
+    history = client.history(coffee_id)
+    assert [h["event"] for h in history] == ["ADD", "UPDATE"]
+    assert history[1]["old_memory"] == "I love dark roast coffee"
+
+    client.delete(coffee_id)
+    remaining = client.get_all(filters={"user_id": "alice"})
+    assert {r["memory"] for r in remaining["results"]} == {
+        "My sister lives in Lisbon",
+        "I am allergic to peanuts",
+    }
+
+
+def test_it_supports_batches_users_and_bulk_deletes(client: Any) -> None:
+    alice = add(client, ["Alice plays chess", "Alice runs marathons"], "alice")
+    add(client, ["Bob keeps bees"], "bob")
+    add(client, ["Carol sails"], "carol")
+
+    client.batch_update([{"memory_id": alice[0]["id"], "text": "Alice plays Go"}])
+    assert client.get(alice[0]["id"])["memory"] == "Alice plays Go"
+    client.batch_delete([{"memory_id": alice[1]["id"]}])
+    assert [r["memory"] for r in client.get_all(filters={"user_id": "alice"})["results"]] == [
+        "Alice plays Go"
+    ]
+
+    users = client.users()
+    assert {(u["type"], u["name"]) for u in users["results"]} == {
+        ("user", "alice"),
+        ("user", "bob"),
+        ("user", "carol"),
+    }
+
+    client.delete_all(filters={"user_id": "bob"})  # sent as a Python repr in the query string
+    assert client.get_all(filters={"user_id": "bob"})["results"] == []
+
+    client.delete_users(user_id="carol")
+    assert client.get_all(filters={"user_id": "carol"})["results"] == []
+    assert {u["name"] for u in client.users()["results"]} == {"alice"}
+
+
+def test_it_reports_a_missing_memory_as_not_found(client: Any) -> None:
+    from mem0.exceptions import MemoryNotFoundError
+
+    with pytest.raises(MemoryNotFoundError):
+        client.get(str(uuid.uuid4()))
