@@ -115,7 +115,7 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = True
 # pgvector: let a filtered HNSW scan keep going until it has enough rows (0.8's iterative scan),
 # instead of returning at most ef_search candidates before the scope filter.
 DATABASES["default"]["OPTIONS"] = {
-    "options": "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100"
+    "options": "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100",
 }
 _owner_url = env_optional("DATABASE_OWNER_URL")
 ENGRAM_DB_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None

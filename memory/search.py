@@ -14,8 +14,11 @@ The outer query computes both signals for every candidate; scoring.fuse() combin
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
+from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
@@ -31,11 +34,16 @@ RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
 # Any query word may match; websearch_to_tsquery alone would require all of them.
 OR_QUERY = f"replace(websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s)::text, ' & ', ' | ')::tsquery"
 
-COLUMNS = (
-    "id, project_id, user_id, agent_id, app_id, run_id, text, hash, metadata, categories, role, "
-    "actor_id, created_at, updated_at, expiration_date, structured_attributes, state, "
-    "replaced_by_id, immutable, source_event_id, source_positions"
-)
+# Every column but the embedding and the keyword document, in this order.
+FIELD_NAMES = [
+    "id", "project_id", "user_id", "agent_id", "app_id", "run_id", "text", "hash", "metadata",
+    "categories", "role", "actor_id", "created_at", "updated_at", "expiration_date",
+    "structured_attributes", "state", "replaced_by_id", "immutable", "source_event_id",
+    "source_positions",
+]  # fmt: skip
+COLUMNS = ", ".join(FIELD_NAMES)
+EVENT_COLUMN = FIELD_NAMES.index("source_event_id")
+JSON_FIELDS = ("metadata", "structured_attributes")
 
 
 @dataclass(frozen=True)
@@ -80,13 +88,20 @@ def hybrid_search(
         f"({semantic_sql}) UNION ({keyword_sql}))"
     )
     params = (vector_literal, RANK_WEIGHTS, query, *semantic_params, *keyword_params)
-    rows = list(Memory.objects.raw(sql, params))
-    scores = fuse(
-        [Signals(getattr(r, "semantic"), getattr(r, "keyword"), r.source_event_id) for r in rows]  # noqa: B009 - raw() columns
-    )
-    ranked = sorted(
-        (ScoredMemory(row, score) for row, score in zip(rows, scores, strict=True)),
-        key=lambda item: item.score.score,
-        reverse=True,
-    )
-    return [item for item in ranked if item.score.score >= threshold][:top_k]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    # Fusion needs every candidate's signals; model instances are built for the winners only.
+    scores = fuse([Signals(row[-2], row[-1], row[EVENT_COLUMN]) for row in rows])
+    ranked = sorted(zip(rows, scores, strict=True), key=lambda pair: pair[1].score, reverse=True)
+    return [
+        ScoredMemory(_memory(row), score) for row, score in ranked[:top_k] if score.score >= threshold
+    ]
+
+
+def _memory(row: tuple[Any, ...]) -> Memory:
+    values = dict(zip(FIELD_NAMES, row, strict=False))
+    for name in JSON_FIELDS:
+        if isinstance(values[name], str):
+            values[name] = json.loads(values[name])
+    return Memory.from_db("default", FIELD_NAMES, [values[name] for name in FIELD_NAMES])

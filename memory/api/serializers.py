@@ -122,10 +122,7 @@ class MessagesField(serializers.Field):  # type: ignore[type-arg]
             )
         messages = MessageSerializer(data=data, many=True)
         if not messages.is_valid():
-            errors = messages.errors
-            for index, error in enumerate(errors):
-                if error:
-                    raise serializers.ValidationError({str(index): error})
+            raise serializers.ValidationError(messages.errors)
         return [
             Message(m["role"], m["content"], m.get("name", "")) for m in messages.validated_data
         ]

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.test.utils import CaptureQueriesContext
+from django.db import connection
+
+from tenants.db import project_context
+from tests.base import BaseTestCase
+from tests.factory import add_texts, auth
+
+FACTS = [
+    "I love dark roast coffee in the morning",
+    "My sister Maria lives in Lisbon",
+    "I am allergic to peanuts",
+    "We adopted a beagle called Toby last spring",
+    "I work as a nurse at the city hospital",
+]
+
+
+class SearchTestCase(BaseTestCase):
+    @classmethod
+    def setUpTestData(cls) -> None:
+        super().setUpTestData()
+        with project_context(cls.alice.key.project_id):
+            cls.memories = add_texts(cls.alice.key.project, FACTS, user_id="alice")
+            add_texts(cls.alice.key.project, ["Bob drinks green tea"], user_id="bob")
+            add_texts(cls.alice.key.project, ["Alice's agent prefers espresso"], user_id="alice", agent_id="bot")
+
+    def search(self, body: dict[str, Any], path: str = "/v3/memories/search/") -> Any:
+        response = self.client.post(path, body, content_type="application/json", headers=auth(self.alice.raw))
+        return response
+
+    def test_it_ranks_the_semantically_closest_memory_first(self) -> None:
+        cases = {
+            "what does the user drink in the morning?": FACTS[0],
+            "does the user have any pets?": FACTS[3],
+            "which food allergies?": FACTS[2],
+            "where does Maria live": FACTS[1],
+        }
+        for query, expected in cases.items():
+            results = self.search({"query": query, "filters": {"user_id": "alice"}}).json()["results"]
+            assert results[0]["memory"] == expected, query
+
+    def test_it_returns_scores_in_range_with_a_breakdown(self) -> None:
+        results = self.search({"query": "coffee", "filters": {"user_id": "alice"}}).json()["results"]
+        assert results
+        for result in results:
+            assert 0 <= result["score"] <= 1
+            assert set(result["score_breakdown"]) == {"semantic", "bm25", "entity"}
+        assert results[0]["score_breakdown"]["bm25"] > 0  # "coffee" is a keyword hit
+
+    def test_it_keeps_to_the_filtered_scope(self) -> None:
+        results = self.search({"query": "coffee or tea", "filters": {"user_id": "bob"}}).json()["results"]
+        assert [r["memory"] for r in results] == ["Bob drinks green tea"]
+        both = {"AND": [{"user_id": "alice"}, {"agent_id": "*"}]}
+        results = self.search({"query": "coffee", "filters": both}).json()["results"]
+        assert [r["memory"] for r in results] == ["Alice's agent prefers espresso"]
+
+    def test_it_honours_top_k_and_threshold(self) -> None:
+        body = {"query": "coffee", "filters": {"user_id": "alice"}, "top_k": 2, "threshold": 0}
+        assert len(self.search(body).json()["results"]) == 2
+        strict = self.search({**body, "top_k": 5, "threshold": 0.99}).json()["results"]
+        assert all(r["score"] >= 0.99 for r in strict)
+        assert len(strict) < 5
+
+    def test_it_answers_v1_and_v2_with_a_bare_list(self) -> None:
+        for path in ("/v2/memories/search/", "/v1/memories/search/"):
+            response = self.search({"query": "coffee", "user_id": "alice"}, path=path)
+            assert isinstance(response.json(), list), path
+            assert response.json()[0]["memory"] == FACTS[0], path
+
+    def test_it_hides_expired_memories_unless_asked(self) -> None:
+        with project_context(self.alice.key.project_id):
+            self.memories[0].expiration_date = self.memories[0].created_at.date().replace(year=2000)
+            self.memories[0].save()
+        body = {"query": "dark roast coffee", "filters": {"user_id": "alice"}, "threshold": 0}
+        assert FACTS[0] not in [r["memory"] for r in self.search(body).json()["results"]]
+        shown = self.search({**body, "show_expired": True}).json()["results"]
+        assert shown[0]["memory"] == FACTS[0]
+
+    def test_it_searches_in_a_fixed_number_of_queries(self) -> None:
+        body = {"query": "coffee", "filters": {"user_id": "alice"}}
+        self.search(body)  # warm the embedder
+        with CaptureQueriesContext(connection) as queries:
+            self.search(body)
+        statements = [q["sql"][:40] for q in queries if "SAVEPOINT" not in q["sql"]]
+        # 1 key lookup, 2 tenant context, 3 the search; then the access log: 4 read the tenant
+        # context, 5 set it, 6 insert the row, 7 restore the outer context (4 and 7 happen only
+        # because the test case wraps everything in one transaction). last_used_at was stamped
+        # moments ago, so it is not written again.
+        assert len(statements) == 7, statements
+
+    def test_it_refuses_bad_input(self) -> None:
+        cases = [
+            {"filters": {"user_id": "alice"}},
+            {"query": "x", "top_k": 0},
+            {"query": "x", "top_k": 1001},
+            {"query": "x", "threshold": 2},
+            {"query": "x", "filters": {"colour": "red"}},
+            {"query": "x", "filters": {"user_id": {"like": "a%"}}},
+            {"query": "x", "filters": "user_id=alice"},
+        ]
+        for body in cases:
+            response = self.search(body)
+            assert response.status_code == 400, body
+            assert response.json()["detail"], body
+
+    def test_it_names_the_unknown_filter_field(self) -> None:
+        response = self.search({"query": "x", "filters": {"colour": "red"}})
+        assert "'colour'" in response.json()["detail"]
