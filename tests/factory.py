@@ -25,7 +25,9 @@ def auth(raw_key: str, scheme: str = "Token") -> dict[str, str]:
     return {"Authorization": f"{scheme} {raw_key}"}
 
 
-def make_memory(project: Project | uuid.UUID, text: str = "User likes tea", **kwargs: Any) -> Memory:
+def make_memory(
+    project: Project | uuid.UUID, text: str = "User likes tea", **kwargs: Any
+) -> Memory:
     """Insert one memory directly (the caller must be in the project's tenant context)."""
     project_id = project.pk if isinstance(project, Project) else project
     moment = kwargs.pop("created_at", None) or timezone.now()

@@ -12,7 +12,10 @@ from tests.factory import auth
 class AddTestCase(BaseTestCase):
     def add(self, body: dict[str, Any], path: str = "/v3/memories/add/") -> Any:
         return self.client.post(
-            path, {"infer": False, **body}, content_type="application/json", headers=auth(self.alice.raw)
+            path,
+            {"infer": False, **body},
+            content_type="application/json",
+            headers=auth(self.alice.raw),
         )
 
     def stored(self) -> list[Memory]:
@@ -28,8 +31,14 @@ class AddTestCase(BaseTestCase):
         response = self.add({"messages": messages, "user_id": "alice"})
         assert response.status_code == 200
         body = response.json()
-        assert (body["status"], [r["event"] for r in body["results"]]) == ("SUCCEEDED", ["ADD", "ADD"])
-        assert [r["data"]["memory"] for r in body["results"]] == ["I love dark roast coffee", "Noted!"]
+        assert (body["status"], [r["event"] for r in body["results"]]) == (
+            "SUCCEEDED",
+            ["ADD", "ADD"],
+        )
+        assert [r["data"]["memory"] for r in body["results"]] == [
+            "I love dark roast coffee",
+            "Noted!",
+        ]
         stored = {m.text: m for m in self.stored()}
         assert stored["Noted!"].actor_id == "barista"
         assert stored["I love dark roast coffee"].source_positions == [1]
@@ -42,7 +51,9 @@ class AddTestCase(BaseTestCase):
 
     def test_it_skips_exact_duplicates_in_the_same_scope(self) -> None:
         self.add({"messages": "I like tea", "user_id": "alice"})
-        again = self.add({"messages": [{"role": "user", "content": "I like tea"}] * 2, "user_id": "alice"})
+        again = self.add(
+            {"messages": [{"role": "user", "content": "I like tea"}] * 2, "user_id": "alice"}
+        )
         assert [r["event"] for r in again.json()["results"]] == ["NONE", "NONE"]
         self.add({"messages": "I like tea", "user_id": "bob"})
         assert sorted(m.user_id for m in self.stored()) == ["alice", "bob"]
@@ -51,7 +62,11 @@ class AddTestCase(BaseTestCase):
         body = self.add({"messages": "I like tea", "user_id": "alice"}).json()
         with project_context(self.alice.key.project_id):
             row = MemoryHistory.objects.get(memory_id=body["results"][0]["id"])
-        assert (row.event, row.new_memory, row.actor) == ("ADD", "I like tea", f"api:{self.alice.key.prefix}")
+        assert (row.event, row.new_memory, row.actor) == (
+            "ADD",
+            "I like tea",
+            f"api:{self.alice.key.prefix}",
+        )
         assert str(row.event_id) == body["event_id"]
 
     def test_it_stores_metadata_timestamp_and_expiration(self) -> None:

@@ -25,10 +25,17 @@ class SearchTestCase(BaseTestCase):
         with project_context(cls.alice.key.project_id):
             cls.memories = add_texts(cls.alice.key.project, FACTS, user_id="alice")
             add_texts(cls.alice.key.project, ["Bob drinks green tea"], user_id="bob")
-            add_texts(cls.alice.key.project, ["Alice's agent prefers espresso"], user_id="alice", agent_id="bot")
+            add_texts(
+                cls.alice.key.project,
+                ["Alice's agent prefers espresso"],
+                user_id="alice",
+                agent_id="bot",
+            )
 
     def search(self, body: dict[str, Any], path: str = "/v3/memories/search/") -> Any:
-        response = self.client.post(path, body, content_type="application/json", headers=auth(self.alice.raw))
+        response = self.client.post(
+            path, body, content_type="application/json", headers=auth(self.alice.raw)
+        )
         return response
 
     def test_it_ranks_the_semantically_closest_memory_first(self) -> None:
@@ -39,11 +46,15 @@ class SearchTestCase(BaseTestCase):
             "where does Maria live": FACTS[1],
         }
         for query, expected in cases.items():
-            results = self.search({"query": query, "filters": {"user_id": "alice"}}).json()["results"]
+            results = self.search({"query": query, "filters": {"user_id": "alice"}}).json()[
+                "results"
+            ]
             assert results[0]["memory"] == expected, query
 
     def test_it_returns_scores_in_range_with_a_breakdown(self) -> None:
-        results = self.search({"query": "coffee", "filters": {"user_id": "alice"}}).json()["results"]
+        results = self.search({"query": "coffee", "filters": {"user_id": "alice"}}).json()[
+            "results"
+        ]
         assert results
         for result in results:
             assert 0 <= result["score"] <= 1
@@ -51,7 +62,9 @@ class SearchTestCase(BaseTestCase):
         assert results[0]["score_breakdown"]["bm25"] > 0  # "coffee" is a keyword hit
 
     def test_it_keeps_to_the_filtered_scope(self) -> None:
-        results = self.search({"query": "coffee or tea", "filters": {"user_id": "bob"}}).json()["results"]
+        results = self.search({"query": "coffee or tea", "filters": {"user_id": "bob"}}).json()[
+            "results"
+        ]
         assert [r["memory"] for r in results] == ["Bob drinks green tea"]
         both = {"AND": [{"user_id": "alice"}, {"agent_id": "*"}]}
         results = self.search({"query": "coffee", "filters": both}).json()["results"]
