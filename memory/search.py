@@ -15,6 +15,7 @@ The outer query computes both signals for every candidate; scoring.fuse() combin
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +27,8 @@ from memory.embeddings import embed_one
 from memory.models import TEXT_SEARCH_CONFIG, Memory, MemoryQuerySet
 from memory.scoring import Score, Signals, fuse
 
-SEMANTIC_CANDIDATES = 100
-KEYWORD_CANDIDATES = 100
+SEMANTIC_CANDIDATES = 50
+KEYWORD_CANDIDATES = 50
 # ts_rank weights for {D, C, B, A}: a memory's own words (A) count most, then the previous
 # message's (B), then the next one's (C).
 RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
@@ -41,7 +42,10 @@ FIELD_NAMES = [
     "structured_attributes", "state", "replaced_by_id", "immutable", "source_event_id",
     "source_positions",
 ]  # fmt: skip
-COLUMNS = ", ".join(FIELD_NAMES)
+# Timestamps travel as text and are parsed for the winners only: Django's timezone-aware
+# loader costs more per candidate row than the rest of the row together.
+TEXT_TIMESTAMPS = ("created_at", "updated_at")
+COLUMNS = ", ".join(f"{n}::text" if n in TEXT_TIMESTAMPS else n for n in FIELD_NAMES)
 EVENT_COLUMN = FIELD_NAMES.index("source_event_id")
 JSON_FIELDS = ("metadata", "structured_attributes")
 
@@ -104,4 +108,6 @@ def _memory(row: tuple[Any, ...]) -> Memory:
     for name in JSON_FIELDS:
         if isinstance(values[name], str):
             values[name] = json.loads(values[name])
+    for name in TEXT_TIMESTAMPS:
+        values[name] = datetime.fromisoformat(values[name])
     return Memory.from_db("default", FIELD_NAMES, [values[name] for name in FIELD_NAMES])
