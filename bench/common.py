@@ -33,7 +33,12 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def pick(q: float) -> float:
         return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
-    return {"p50": pick(0.50), "p95": pick(0.95), "p99": pick(0.99), "mean": statistics.fmean(ordered)}
+    return {
+        "p50": pick(0.50),
+        "p95": pick(0.95),
+        "p99": pick(0.99),
+        "mean": statistics.fmean(ordered),
+    }
 
 
 def fmt_ms(stats: dict[str, float]) -> str:
@@ -42,7 +47,9 @@ def fmt_ms(stats: dict[str, float]) -> str:
 
 class Api:
     def __init__(self, host: str, key: str) -> None:
-        self.http = httpx.Client(base_url=host, headers={"Authorization": f"Token {key}"}, timeout=120)
+        self.http = httpx.Client(
+            base_url=host, headers={"Authorization": f"Token {key}"}, timeout=120
+        )
 
     def call(self, method: str, path: str, **kwargs: Any) -> tuple[Any, float]:
         started = time.perf_counter()

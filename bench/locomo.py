@@ -82,7 +82,12 @@ def evaluate(api: Api, sample: dict[str, Any], user_id: str, scores: dict, laten
         evidence = evidence_ids(qa.get("evidence", []))
         if category not in CATEGORIES or not evidence:
             continue
-        body = {"query": qa["question"], "filters": {"user_id": user_id}, "top_k": max(KS), "threshold": 0}
+        body = {
+            "query": qa["question"],
+            "filters": {"user_id": user_id},
+            "top_k": max(KS),
+            "threshold": 0,
+        }
         result, elapsed = api.call("POST", "/v3/memories/search/", json=body)
         latencies.append(elapsed)
         ranked = [(r.get("metadata") or {}).get("dia_id") for r in result["results"]]
@@ -95,7 +100,9 @@ def evaluate(api: Api, sample: dict[str, Any], user_id: str, scores: dict, laten
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "locomo-dev.json"))
     parser.add_argument("--host", default=default_host())
     parser.add_argument("--api-key", default=default_key())
@@ -121,9 +128,13 @@ def main() -> None:
         evaluate(api, sample, user_id, scores, latencies)
         api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
     print(f"command: {' '.join(sys.argv)}")
-    print(f"data: {args.data} — {len(data)} conversations, {turns} turns stored, "
-          f"{len(scores['all']['mrr'])} questions (categories 1-4), {time.perf_counter() - started:.0f}s")
-    header = f"{'category':<14}{'n':>5}" + "".join(f"{'r@' + str(k):>8}" for k in KS) + f"{'MRR':>8}"
+    print(
+        f"data: {args.data} — {len(data)} conversations, {turns} turns stored, "
+        f"{len(scores['all']['mrr'])} questions (categories 1-4), {time.perf_counter() - started:.0f}s"
+    )
+    header = (
+        f"{'category':<14}{'n':>5}" + "".join(f"{'r@' + str(k):>8}" for k in KS) + f"{'MRR':>8}"
+    )
     print(header)
     for key in [*CATEGORIES, "all"]:
         rows = scores.get(key)
@@ -132,8 +143,12 @@ def main() -> None:
         name = CATEGORIES.get(key, "overall") if key != "all" else "overall"
         cells = "".join(f"{sum(rows[f'r@{k}']) / len(rows[f'r@{k}']):8.3f}" for k in KS)
         print(f"{name:<14}{len(rows['mrr']):>5}{cells}{sum(rows['mrr']) / len(rows['mrr']):8.3f}")
-    print(f"search latency (HTTP, incl. query embedding): {fmt_ms(percentiles(latencies))} over {len(latencies)}")
-    print(f"add latency per session (infer=false): {fmt_ms(percentiles(add_times))} over {len(add_times)}")
+    print(
+        f"search latency (HTTP, incl. query embedding): {fmt_ms(percentiles(latencies))} over {len(latencies)}"
+    )
+    print(
+        f"add latency per session (infer=false): {fmt_ms(percentiles(add_times))} over {len(add_times)}"
+    )
 
 
 if __name__ == "__main__":

@@ -26,13 +26,57 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import Api, default_host, fmt_ms, percentiles  # noqa: E402
+from common import Api, default_host, fmt_ms, percentiles
 
 WORDS = {
-    "verb": "likes loves visited booked cooked painted adopted studied bought planned".split(),
-    "adj": "red quiet spicy ancient modern tiny vegan italian rainy wooden".split(),
-    "noun": "coffee garden novel bicycle concert museum recipe puppy marathon guitar".split(),
-    "place": "Lisbon Berlin Kyoto Austin Oslo Lima Cairo Perth Quebec Seoul".split(),
+    "verb": [
+        "likes",
+        "loves",
+        "visited",
+        "booked",
+        "cooked",
+        "painted",
+        "adopted",
+        "studied",
+        "bought",
+        "planned",
+    ],
+    "adj": [
+        "red",
+        "quiet",
+        "spicy",
+        "ancient",
+        "modern",
+        "tiny",
+        "vegan",
+        "italian",
+        "rainy",
+        "wooden",
+    ],
+    "noun": [
+        "coffee",
+        "garden",
+        "novel",
+        "bicycle",
+        "concert",
+        "museum",
+        "recipe",
+        "puppy",
+        "marathon",
+        "guitar",
+    ],
+    "place": [
+        "Lisbon",
+        "Berlin",
+        "Kyoto",
+        "Austin",
+        "Oslo",
+        "Lima",
+        "Cairo",
+        "Perth",
+        "Quebec",
+        "Seoul",
+    ],
 }
 
 
@@ -67,18 +111,32 @@ def generate(project, memories: int, users: int, sample: int, rng: random.Random
     for user, size in enumerate(sizes):
         for _ in range(size):
             text = sentence(rng)
-            batch.append(Memory(project=project, user_id=f"user-{user}", text=text, hash=content_hash(text),
-                                embedding=None, created_at=timezone.now(), updated_at=timezone.now()))
+            batch.append(
+                Memory(
+                    project=project,
+                    user_id=f"user-{user}",
+                    text=text,
+                    hash=content_hash(text),
+                    embedding=None,
+                    created_at=timezone.now(),
+                    updated_at=timezone.now(),
+                )
+            )
             if len(batch) == 1000:
                 done += _flush(batch, real_every, done, np_rng, embed, project_context, project)
                 batch = []
-                print(f"  generated {done}/{memories} ({done / (time.perf_counter() - started):.0f}/s)",
-                      end="\r", flush=True)
+                print(
+                    f"  generated {done}/{memories} ({done / (time.perf_counter() - started):.0f}/s)",
+                    end="\r",
+                    flush=True,
+                )
     done += _flush(batch, real_every, done, np_rng, embed, project_context, project)
     elapsed = time.perf_counter() - started
-    print(f"generated {done} memories for {users} users in {elapsed:.0f}s ({done / elapsed:.0f}/s, "
-          f"direct bulk insert with HNSW/GIN maintenance); largest user {sizes[0]}, median "
-          f"{sorted(sizes)[len(sizes) // 2]}")
+    print(
+        f"generated {done} memories for {users} users in {elapsed:.0f}s ({done / elapsed:.0f}/s, "
+        f"direct bulk insert with HNSW/GIN maintenance); largest user {sizes[0]}, median "
+        f"{sorted(sizes)[len(sizes) // 2]}"
+    )
     return sizes
 
 
@@ -88,7 +146,7 @@ def _flush(batch, real_every, offset, np_rng, embed, project_context, project) -
     if not batch:
         return 0
     vectors = np_rng.normal(size=(len(batch), 384)).astype("float32")
-    vectors /= (vectors ** 2).sum(axis=1, keepdims=True) ** 0.5
+    vectors /= (vectors**2).sum(axis=1, keepdims=True) ** 0.5
     real = [i for i in range(len(batch)) if (offset + i) % real_every == 0]
     if real:
         vectors[real] = embed([batch[i].text for i in real])
@@ -121,8 +179,10 @@ def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> l
 
     with project_context(project.pk), connection.execute_wrapper(timer):
         for text, user, vector in zip(texts, users, vectors, strict=True):
-            scope = Memory.objects.for_project(project).active().filter(
-                user_id=f"user-{user}", agent_id=None, app_id=None, run_id=None
+            scope = (
+                Memory.objects.for_project(project)
+                .active()
+                .filter(user_id=f"user-{user}", agent_id=None, app_id=None, run_id=None)
             )
             scope.search(text, top_k=10, threshold=0, embedding=[float(x) for x in vector])
     return timings
@@ -137,12 +197,18 @@ def explain_one(project, sizes: list[int]) -> str:
     from tenants.db import project_context
 
     with project_context(project.pk):
-        scope = Memory.objects.for_project(project).active().filter(
-            user_id="user-0", agent_id=None, app_id=None, run_id=None
+        scope = (
+            Memory.objects.for_project(project)
+            .active()
+            .filter(user_id="user-0", agent_id=None, app_id=None, run_id=None)
         )
         with CaptureQueriesContext(connection) as captured:
-            scope.search("User likes the spicy recipe in Kyoto", top_k=10, threshold=0,
-                         embedding=embed_one("User likes the spicy recipe in Kyoto"))
+            scope.search(
+                "User likes the spicy recipe in Kyoto",
+                top_k=10,
+                threshold=0,
+                embedding=embed_one("User likes the spicy recipe in Kyoto"),
+            )
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + captured.captured_queries[-1]["sql"])
             return "\n".join(row[0] for row in cursor.fetchall())
@@ -151,8 +217,11 @@ def explain_one(project, sizes: list[int]) -> str:
 def measure_http(api: Api, sizes: list[int], queries: int, rng: random.Random) -> list[float]:
     timings = []
     for _ in range(queries):
-        body = {"query": sentence(rng), "filters": {"user_id": f"user-{rng.randrange(len(sizes))}"},
-                "top_k": 10}
+        body = {
+            "query": sentence(rng),
+            "filters": {"user_id": f"user-{rng.randrange(len(sizes))}"},
+            "top_k": 10,
+        }
         timings.append(api.call("POST", "/v3/memories/search/", json=body)[1])
     return timings
 
@@ -161,22 +230,30 @@ def measure_add(api: Api, total: int, batch: int, rng: random.Random) -> tuple[f
     timings = []
     started = time.perf_counter()
     for start in range(0, total, batch):
-        messages = [{"role": "user", "content": sentence(rng)} for _ in range(min(batch, total - start))]
+        messages = [
+            {"role": "user", "content": sentence(rng)} for _ in range(min(batch, total - start))
+        ]
         body = {"messages": messages, "user_id": f"adder-{start // 1000}", "infer": False}
         timings.append(api.call("POST", "/v3/memories/add/", json=body)[1])
     return total / (time.perf_counter() - started), timings
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--queries", type=int, default=1_000)
-    parser.add_argument("--real-embeddings", type=int, default=5_000, help="how many get real vectors")
+    parser.add_argument(
+        "--real-embeddings", type=int, default=5_000, help="how many get real vectors"
+    )
     parser.add_argument("--add-memories", type=int, default=3_000)
     parser.add_argument("--add-batch", type=int, default=100)
     parser.add_argument("--host", default=default_host())
-    parser.add_argument("--explain", action="store_true", help="print EXPLAIN ANALYZE of one search")
+    parser.add_argument(
+        "--explain", action="store_true", help="print EXPLAIN ANALYZE of one search"
+    )
     args = parser.parse_args()
 
     import django
@@ -193,16 +270,24 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memory_memory")
     db = measure_db(new.key.project, sizes, args.queries, rng)
-    print(f"search, database time (statement only, top_k=10): {fmt_ms(percentiles(db))} over {len(db)} queries")
+    print(
+        f"search, database time (statement only, top_k=10): {fmt_ms(percentiles(db))} over {len(db)} queries"
+    )
     if args.explain:
         print(explain_one(new.key.project, sizes))
     api = Api(args.host, new.raw)
-    api.call("POST", "/v3/memories/search/", json={"query": "warm up", "filters": {"user_id": "user-1"}})
+    api.call(
+        "POST", "/v3/memories/search/", json={"query": "warm up", "filters": {"user_id": "user-1"}}
+    )
     http = measure_http(api, sizes, args.queries, rng)
-    print(f"search, HTTP time (incl. query embedding, top_k=10): {fmt_ms(percentiles(http))} over {len(http)} queries")
+    print(
+        f"search, HTTP time (incl. query embedding, top_k=10): {fmt_ms(percentiles(http))} over {len(http)} queries"
+    )
     rate, add_times = measure_add(api, args.add_memories, args.add_batch, rng)
-    print(f"add (infer=false) through HTTP, batches of {args.add_batch}: {rate:.0f} memories/s; "
-          f"per request {fmt_ms(percentiles(add_times))}")
+    print(
+        f"add (infer=false) through HTTP, batches of {args.add_batch}: {rate:.0f} memories/s; "
+        f"per request {fmt_ms(percentiles(add_times))}"
+    )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"benchmark process peak RSS: {peak_mb:.0f} MB")
 

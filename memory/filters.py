@@ -13,6 +13,7 @@ accept any value of it. A filter that names no scope field adds no such conditio
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime, time
@@ -20,7 +21,6 @@ from typing import Any
 
 from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
-from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -112,7 +112,9 @@ def _compile(node: dict[str, Any], depth: int) -> Q:
             raise FilterError(
                 f"Unknown filter field {key!r}; allowed: {', '.join((*LOGICAL, *FIELDS))}."
             )
-    return query
+    # An empty Q means "no condition" to Django: OR would drop it and ~Q() is still empty.
+    # An object with no conditions ({} or {"AND": []}) matches everything, so say so.
+    return query if query else Q(pk__isnull=False)
 
 
 def _operators(field: str, value: Any, allowed: tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -228,7 +230,6 @@ def _compile_metadata(field: str, value: Any) -> Q:
         if not key:
             raise FilterError("metadata keys must not be empty.")
         path = f"metadata.{key}"
-        transform = KeyTransform(key, "metadata")
         if condition == WILDCARD:
             query &= Q(metadata__has_key=key)
             continue
@@ -244,11 +245,19 @@ def _compile_metadata(field: str, value: Any) -> Q:
                 )
                 query &= Q(text)
             else:
-                # Equality through Django's KeyTransformExact: key and value are parameters.
-                exact = transform.get_lookup("exact")
-                if exact is None:  # pragma: no cover - JSON key transforms always have it
-                    raise FilterError(f"{path} cannot be compared.")
-                equal = Q(exact(transform, operand)) & Q(metadata__has_key=key)
+                # JSON equality; key and JSON-encoded value are parameters, the key is always an
+                # object key (never an array index), and a missing key is false, never NULL.
+                try:
+                    encoded = json.dumps(operand, allow_nan=False)
+                except (TypeError, ValueError):
+                    raise FilterError(f"{path} takes a JSON value.") from None
+                equal = Q(
+                    RawSQL(
+                        'COALESCE(("memory_memory"."metadata" -> %s::text) = %s::jsonb, false)',
+                        [key, encoded],
+                        output_field=BooleanField(),
+                    )
+                )
                 # "ne" keeps memories that lack the key, as Mem0 does.
                 query &= equal if op == "eq" else ~equal
     return query

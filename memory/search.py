@@ -15,8 +15,8 @@ The outer query computes both signals for every candidate; scoring.fuse() combin
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -99,7 +99,9 @@ def hybrid_search(
     scores = fuse([Signals(row[-2], row[-1], row[EVENT_COLUMN]) for row in rows])
     ranked = sorted(zip(rows, scores, strict=True), key=lambda pair: pair[1].score, reverse=True)
     return [
-        ScoredMemory(_memory(row), score) for row, score in ranked[:top_k] if score.score >= threshold
+        ScoredMemory(_memory(row), score)
+        for row, score in ranked[:top_k]
+        if score.score >= threshold
     ]
 
 

@@ -7,11 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Count, Max, Min, Q
-from django.http import Http404
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
+from rest_framework.exceptions import NotFound
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -37,9 +36,11 @@ def project_memories(request: Request) -> MemoryQuerySet:
 
 def get_memory(request: Request, memory_id: uuid.UUID) -> Memory:
     """The project's memory, or 404 — also for another project's id, which must not leak."""
-    return get_object_or_404(
-        project_memories(request).exclude(state=Memory.State.DELETED), pk=memory_id
-    )
+    memory = project_memories(request).exclude(state=Memory.State.DELETED).filter(pk=memory_id)
+    found = next(iter(memory), None)
+    if found is None:
+        raise NotFound()
+    return found
 
 
 def matching(
@@ -282,7 +283,7 @@ def history_data(row: MemoryHistory) -> dict[str, Any]:
 @api_view(["GET"])
 def memory_history(request: Request, memory_id: uuid.UUID) -> Response:
     if not project_memories(request).filter(pk=memory_id).exists():
-        raise Http404
+        raise NotFound()
     rows = MemoryHistory.objects.filter(
         project_id=request_key(request).project_id, memory_id=memory_id
     ).order_by("created_at", "id")
@@ -421,7 +422,7 @@ def get_export(request: Request) -> Response:
         exports = exports.filter(filters=data["filters"])
     export = exports.order_by("-created_at").first()
     if export is None:
-        raise Http404
+        raise NotFound()
     note_access(request, result_count=len(export.result))
     return Response(
         {

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from django.test.utils import CaptureQueriesContext
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from memory.models import Memory
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
@@ -19,6 +20,8 @@ FACTS = [
 
 
 class SearchTestCase(BaseTestCase):
+    memories: ClassVar[list[Memory]]
+
     @classmethod
     def setUpTestData(cls) -> None:
         super().setUpTestData()
@@ -105,7 +108,7 @@ class SearchTestCase(BaseTestCase):
         assert len(statements) == 7, statements
 
     def test_it_refuses_bad_input(self) -> None:
-        cases = [
+        cases: list[dict[str, Any]] = [
             {"filters": {"user_id": "alice"}},
             {"query": "x", "top_k": 0},
             {"query": "x", "top_k": 1001},

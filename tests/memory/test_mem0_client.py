@@ -28,7 +28,8 @@ def add(client: Any, texts: list[str], user_id: str) -> list[dict[str, Any]]:
     messages = [{"role": "user", "content": t} for t in texts]
     response = client.add(messages, filters={"user_id": user_id}, infer=False)
     assert response["status"] == "SUCCEEDED"
-    return response["results"]
+    results: list[dict[str, Any]] = response["results"]
+    return results
 
 
 def test_it_serves_the_official_client_end_to_end(client: Any) -> None:

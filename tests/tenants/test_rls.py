@@ -26,7 +26,7 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     "audit_accesslog": lambda project_id: AccessLog.objects.create(
         project_id=project_id, request_id="r", method="GET", path="/", status=200, duration_ms=1
     ),
-    "memory_memory": lambda project_id: make_memory(project_id),
+    "memory_memory": make_memory,
     "audit_memoryhistory": lambda project_id: MemoryHistory.objects.create(
         project_id=project_id, memory_id=uuid.uuid4(), event="ADD", new_memory="x", actor="test"
     ),
