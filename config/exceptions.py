@@ -11,6 +11,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
+from memory.embeddings import EmbeddingError
+
 
 def _first_message(data: Any, path: str = "") -> str:
     """Flatten DRF's nested validation errors into one line naming the field."""
@@ -30,6 +32,12 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return Response(
             {"detail": f"Request body exceeds the limit of {limit} bytes."},
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, EmbeddingError):
+        set_rollback()
+        return Response(
+            {"detail": "The embedding service is unavailable; nothing was changed. Retry later."},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
         )
     response = exception_handler(exc, context)
     if response is None:

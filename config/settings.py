@@ -185,7 +185,17 @@ ENGRAM_MODEL_DIR = Path(
     )
 )
 ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 2, minimum=1)
+# The vector column holds 384 dimensions; a hosted embedder must produce that many.
 EMBEDDING_DIMENSIONS = 384
+# "local" (the ONNX model above) or "openai-compatible" (POST {URL}/embeddings).
+ENGRAM_EMBEDDER = env_choice("ENGRAM_EMBEDDER", "local", ("local", "openai-compatible"))
+ENGRAM_EMBEDDING_URL = env_str("ENGRAM_EMBEDDING_URL", "")
+ENGRAM_EMBEDDING_MODEL = env_str("ENGRAM_EMBEDDING_MODEL", "text-embedding-3-small")
+ENGRAM_EMBEDDING_API_KEY = env_secret("ENGRAM_EMBEDDING_API_KEY")
+if ENGRAM_EMBEDDER == "openai-compatible" and not ENGRAM_EMBEDDING_URL:
+    raise ImproperlyConfigured(
+        "ENGRAM_EMBEDDER=openai-compatible needs ENGRAM_EMBEDDING_URL (e.g. https://api.openai.com/v1)."
+    )
 # Limits on what one add request may carry (each is a 400 with a clear detail when exceeded).
 ENGRAM_MAX_MESSAGE_CHARS = env_int("ENGRAM_MAX_MESSAGE_CHARS", 20_000, minimum=100)
 ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)

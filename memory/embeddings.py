@@ -101,6 +101,59 @@ class OnnxMiniLM:
         return normalised
 
 
+class EmbeddingError(RuntimeError):
+    """The embedding service failed or answered something unusable."""
+
+
+class OpenAICompatibleEmbedder:
+    """A hosted embedding API speaking OpenAI's POST /v1/embeddings (OpenAI, vLLM, Ollama, …).
+
+    It must return `dimensions` floats per text (OpenAI's text-embedding-3 models take a
+    `dimensions` parameter, which is sent); vectors are L2-normalised here like the local ones.
+    """
+
+    name = "openai-compatible"
+
+    def __init__(self, url: str, model: str, api_key: str | None, dimensions: int) -> None:
+        import httpx
+
+        self.dimensions = dimensions
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        body = {"model": self.model, "input": list(texts), "dimensions": self.dimensions}
+        try:
+            response = self.http.post("/embeddings", json=body)
+            response.raise_for_status()
+            data = sorted(response.json()["data"], key=lambda item: item["index"])
+            vectors = np.array([item["embedding"] for item in data], dtype=np.float32)
+        except Exception as exc:
+            raise EmbeddingError(f"embedding service failed: {exc}") from exc
+        if vectors.shape != (len(texts), self.dimensions):
+            raise EmbeddingError(
+                f"embedding service returned shape {vectors.shape}, "
+                f"expected ({len(texts)}, {self.dimensions})"
+            )
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        normalised: Vectors = (vectors / np.clip(norms, 1e-12, None)).astype(np.float32)
+        return normalised
+
+
+def build_embedder() -> Embedder:
+    if settings.ENGRAM_EMBEDDER == "openai-compatible":
+        return OpenAICompatibleEmbedder(
+            settings.ENGRAM_EMBEDDING_URL,
+            settings.ENGRAM_EMBEDDING_MODEL,
+            settings.ENGRAM_EMBEDDING_API_KEY,
+            settings.EMBEDDING_DIMENSIONS,
+        )
+    return OnnxMiniLM(Path(settings.ENGRAM_MODEL_DIR), threads=settings.ENGRAM_EMBED_THREADS)
+
+
 _lock = threading.Lock()
 _embedder: Embedder | None = None
 
@@ -110,9 +163,7 @@ def get_embedder() -> Embedder:
     if _embedder is None:
         with _lock:
             if _embedder is None:
-                _embedder = OnnxMiniLM(
-                    Path(settings.ENGRAM_MODEL_DIR), threads=settings.ENGRAM_EMBED_THREADS
-                )
+                _embedder = build_embedder()
     return _embedder
 
 
