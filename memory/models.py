@@ -28,6 +28,10 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         project_id = project.pk if isinstance(project, Project) else project
         return self.filter(project_id=project_id)
 
+    def light(self) -> MemoryQuerySet:
+        """Leave out the columns only search needs (the vector and the keyword document)."""
+        return self.defer("embedding", "search_vector", "context_before", "context_after")
+
     def active(self) -> MemoryQuerySet:
         return self.filter(state=Memory.State.ACTIVE)
 

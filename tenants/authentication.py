@@ -44,8 +44,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
                 "Malformed Authorization header: expected 'Token <api key>'."
             )
         key = authenticate_key(parts[1])
-        # The view runs in one transaction (ATOMIC_REQUESTS): from here on, row-level security
-        # shows this project's rows and nothing else.
+        # The request runs in one transaction (AccessLogMiddleware): from here on, row-level
+        # security shows this project's rows and nothing else.
         activate_project(key.project_id)
         access_record(request).api_key = key
         return (None, key)

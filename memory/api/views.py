@@ -36,7 +36,9 @@ def project_memories(request: Request) -> MemoryQuerySet:
 
 def get_memory(request: Request, memory_id: uuid.UUID) -> Memory:
     """The project's memory, or 404 — also for another project's id, which must not leak."""
-    memory = project_memories(request).exclude(state=Memory.State.DELETED).filter(pk=memory_id)
+    memory = (
+        project_memories(request).light().exclude(state=Memory.State.DELETED).filter(pk=memory_id)
+    )
     found = next(iter(memory), None)
     if found is None:
         raise NotFound()
@@ -158,8 +160,10 @@ def _positive(request: Request, name: str, maximum: int | None = None) -> None:
 def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Response:
     serializer = s.ListSerializer(data=data)
     serializer.is_valid(raise_exception=True)
-    queryset = matching(request, serializer.validated_data, serializer.scope()).order_by(
-        "-created_at", "-id"
+    queryset = (
+        matching(request, serializer.validated_data, serializer.scope())
+        .light()
+        .order_by("-created_at", "-id")
     )
     if not paged:
         rows = [s.memory_data(m) for m in queryset[:1000]]
@@ -396,7 +400,8 @@ def create_export(request: Request) -> Response:
     serializer = s.ExportSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    rows = [s.memory_data(m) for m in matching(request, data, {}).order_by("created_at", "id")]
+    memories = matching(request, data, {}).light().order_by("created_at", "id")
+    rows = [s.memory_data(m) for m in memories]
     export = actions.do_create_export(
         request_key(request).project,
         schema=data["schema"],
