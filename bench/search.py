@@ -226,16 +226,46 @@ def measure_http(api: Api, sizes: list[int], queries: int, rng: random.Random) -
     return timings
 
 
-def measure_add(api: Api, total: int, batch: int, rng: random.Random) -> tuple[float, list[float]]:
-    timings = []
-    started = time.perf_counter()
+def measure_add(
+    api: Api, total: int, batch: int, concurrency: int, rng: random.Random
+) -> tuple[float, list[float]]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    bodies = []
     for start in range(0, total, batch):
-        messages = [
-            {"role": "user", "content": sentence(rng)} for _ in range(min(batch, total - start))
-        ]
-        body = {"messages": messages, "user_id": f"adder-{start // 1000}", "infer": False}
-        timings.append(api.call("POST", "/v3/memories/add/", json=body)[1])
+        count = min(batch, total - start)
+        messages = [{"role": "user", "content": sentence(rng)} for _ in range(count)]
+        bodies.append({"messages": messages, "user_id": f"adder-{start // 1000}", "infer": False})
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        timings = list(
+            pool.map(lambda body: api.call("POST", "/v3/memories/add/", json=body)[1], bodies)
+        )
     return total / (time.perf_counter() - started), timings
+
+
+def reuse():
+    """The newest generated data set and a fresh key for it, instead of generating again."""
+    from django.db.models import Count
+
+    from memory.models import Memory
+    from tenants.actions import do_create_api_key
+    from tenants.db import project_context
+    from tenants.models import Project
+
+    project = Project.objects.filter(organization__name="bench", name__startswith="search-").latest(
+        "created_at"
+    )
+    with project_context(project.pk):
+        counts = dict(
+            Memory.objects.filter(project=project, user_id__startswith="user-")
+            .values("user_id")
+            .annotate(n=Count("id"))
+            .values_list("user_id", "n")
+        )
+    sizes = [counts.get(f"user-{i}", 0) for i in range(len(counts))]
+    print(f"reusing {project.name}: {sum(sizes)} memories for {len(sizes)} users")
+    return do_create_api_key(org_name="bench", project_name=project.name), sizes
 
 
 def main() -> None:
@@ -250,6 +280,10 @@ def main() -> None:
     )
     parser.add_argument("--add-memories", type=int, default=3_000)
     parser.add_argument("--add-batch", type=int, default=100)
+    parser.add_argument("--add-concurrency", type=int, default=2, help="parallel add requests")
+    parser.add_argument(
+        "--reuse", action="store_true", help="measure the last generated data set again"
+    )
     parser.add_argument("--host", default=default_host())
     parser.add_argument(
         "--explain", action="store_true", help="print EXPLAIN ANALYZE of one search"
@@ -262,9 +296,12 @@ def main() -> None:
     from tenants.actions import do_create_api_key
 
     rng = random.Random(42)
-    new = do_create_api_key(org_name="bench", project_name=f"search-{int(time.time())}")
     print(f"command: {' '.join(sys.argv)}")
-    sizes = generate(new.key.project, args.memories, args.users, args.real_embeddings, rng)
+    if args.reuse:
+        new, sizes = reuse()
+    else:
+        new = do_create_api_key(org_name="bench", project_name=f"search-{int(time.time())}")
+        sizes = generate(new.key.project, args.memories, args.users, args.real_embeddings, rng)
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -283,7 +320,7 @@ def main() -> None:
     print(
         f"search, HTTP time (incl. query embedding, top_k=10): {fmt_ms(percentiles(http))} over {len(http)} queries"
     )
-    rate, add_times = measure_add(api, args.add_memories, args.add_batch, rng)
+    rate, add_times = measure_add(api, args.add_memories, args.add_batch, args.add_concurrency, rng)
     print(
         f"add (infer=false) through HTTP, batches of {args.add_batch}: {rate:.0f} memories/s; "
         f"per request {fmt_ms(percentiles(add_times))}"

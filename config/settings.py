@@ -185,7 +185,9 @@ ENGRAM_MODEL_DIR = Path(
         "ENGRAM_MODEL_DIR", str(Path.home() / ".cache" / "engram" / "models" / "all-MiniLM-L6-v2")
     )
 )
-ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 2, minimum=1)
+# One thread measured fastest here for single queries and for batches (2-core machines); web
+# workers embed in parallel across processes instead.
+ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 1, minimum=1)
 # The vector column holds 384 dimensions; a hosted embedder must produce that many.
 EMBEDDING_DIMENSIONS = 384
 # "local" (the ONNX model above) or "openai-compatible" (POST {URL}/embeddings).

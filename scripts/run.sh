@@ -39,7 +39,7 @@ mint_key() {
 trap 'echo; echo "Stopping…"; stop; exit 0' INT TERM
 
 "$BIN/gunicorn" config.wsgi:application --bind "127.0.0.1:$PORT" \
-    --workers "${ENGRAM_WEB_WORKERS:-2}" --threads 4 --access-logfile - &
+    --workers "${ENGRAM_WEB_WORKERS:-2}" --threads "${ENGRAM_WEB_THREADS:-1}" --access-logfile - &
 echo $! >> "$PIDS"
 
 for _ in $(seq 1 50); do
