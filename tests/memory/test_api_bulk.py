@@ -1,12 +1,10 @@
 from __future__ import annotations
 
-from typing import Any
-
 from audit.models import MemoryHistory
 from memory.models import Memory
 from tenants.db import project_context
 from tests.base import BaseTestCase
-from tests.factory import auth, make_memory
+from tests.factory import make_memory
 
 
 class BulkTestCase(BaseTestCase):
@@ -17,15 +15,6 @@ class BulkTestCase(BaseTestCase):
             self.a2 = make_memory(pid, "alice two")
             self.bob = make_memory(pid, "bob one", user_id="bob")
             self.shared = make_memory(pid, "alice with bot", agent_id="bot")
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        return getattr(self.client, method)(
-            path, body, content_type="application/json", headers=auth(self.alice.raw)
-        )
-
-    def active_texts(self) -> set[str]:
-        with project_context(self.alice.key.project_id):
-            return set(Memory.objects.active().values_list("text", flat=True))
 
     def test_it_deletes_all_of_a_user(self) -> None:
         response = self.call("delete", "/v1/memories/?user_id=alice")

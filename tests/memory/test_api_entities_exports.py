@@ -12,7 +12,7 @@ from audit.models import MemoryHistory
 from memory.models import Feedback, Memory, MemoryExport
 from tenants.db import project_context
 from tests.base import BaseTestCase
-from tests.factory import auth, make_memory
+from tests.factory import make_memory
 
 
 class EntitiesExportsTestCase(BaseTestCase):
@@ -34,15 +34,6 @@ class EntitiesExportsTestCase(BaseTestCase):
             self.shop = at(6, "Shop banner", user_id=None, app_id="shop")
             self.gone = at(7, "Forgotten fact", state=Memory.State.DELETED)
             at(8, "Carol's forgotten fact", user_id="carol", state=Memory.State.DELETED)
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        return getattr(self.client, method)(
-            path, body, content_type="application/json", headers=auth(self.alice.raw)
-        )
-
-    def active_texts(self) -> set[str]:
-        with project_context(self.alice.key.project_id):
-            return set(Memory.objects.active().values_list("text", flat=True))
 
     def test_it_counts_memories_per_entity(self) -> None:
         body = self.call("get", "/v1/entities/").json()

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from memory.models import Memory
 from tenants.db import project_context
@@ -15,11 +14,6 @@ class MemoriesTestCase(BaseTestCase):
             self.tea = make_memory(self.alice.key.project_id, "User likes tea", metadata={"k": 1})
             self.rome = make_memory(self.alice.key.project_id, "User visited Rome", user_id="alice")
             make_memory(self.alice.key.project_id, "Bob's fact", user_id="bob")
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        return getattr(self.client, method)(
-            path, body, content_type="application/json", headers=auth(self.alice.raw)
-        )
 
     def reload(self, memory: Memory) -> Memory:
         with project_context(self.alice.key.project_id):

@@ -35,13 +35,13 @@ class OwnershipTestCase(BaseTestCase):
         with project_context(b.pk):
             [cls.own] = add_texts(b, [COFFEE], user_id="alice")
 
-    def call(self, who: NewApiKey, method: str, path: str, body: Any = None) -> Any:
+    def call_as(self, who: NewApiKey, method: str, path: str, body: Any = None) -> Any:
         return getattr(self.client, method)(
             path, body, content_type="application/json", headers=auth(who.raw)
         )
 
     def as_charlie(self, method: str, path: str, body: Any = None) -> Any:
-        return self.call(self.charlie, method, path, body)
+        return self.call_as(self.charlie, method, path, body)
 
     def probe(
         self, method: str, path: str, body: Any = None, target: str | None = None
@@ -90,7 +90,7 @@ class OwnershipTestCase(BaseTestCase):
         assert theirs == unknown
         assert theirs[0] == 404
         self.assert_untouched()
-        seen_by_alice = self.call(self.alice, "get", f"/v1/memories/{self.theirs.id}/").json()
+        seen_by_alice = self.call_as(self.alice, "get", f"/v1/memories/{self.theirs.id}/").json()
         assert seen_by_alice["memory"] == COFFEE
 
     def test_it_validates_ownership_of_delete(self) -> None:
@@ -103,7 +103,7 @@ class OwnershipTestCase(BaseTestCase):
         theirs, unknown = self.probe("get", "/v1/memories/{id}/history/")
         assert theirs == unknown
         assert theirs[0] == 404
-        alices = self.call(self.alice, "get", f"/v1/memories/{self.theirs.id}/history/")
+        alices = self.call_as(self.alice, "get", f"/v1/memories/{self.theirs.id}/history/")
         assert [row["event"] for row in alices.json()] == ["ADD"]
 
     def test_it_validates_ownership_of_feedback(self) -> None:
@@ -148,7 +148,7 @@ class OwnershipTestCase(BaseTestCase):
 
     def test_it_validates_ownership_of_search(self) -> None:
         body = {"query": "coffee in the morning", "filters": {"user_id": "alice"}}
-        alices = self.call(self.alice, "post", "/v3/memories/search/", body).json()["results"]
+        alices = self.call_as(self.alice, "post", "/v3/memories/search/", body).json()["results"]
         assert [r["id"] for r in alices] == [str(self.theirs.id)]
         for path in ("/v3/memories/search/", "/v2/memories/search/", "/v1/memories/search/"):
             answer = self.as_charlie("post", path, body).json()
@@ -159,7 +159,7 @@ class OwnershipTestCase(BaseTestCase):
 
     def test_it_validates_ownership_of_entities(self) -> None:
         def entities(who: NewApiKey) -> list[tuple[str, str, int]]:
-            body = self.call(who, "get", "/v1/entities/").json()
+            body = self.call_as(who, "get", "/v1/entities/").json()
             return [(e["type"], e["name"], e["total_memories"]) for e in body["results"]]
 
         assert entities(self.alice) == [("user", "alice", 2), ("agent", "alices-bot", 1)]
@@ -182,7 +182,9 @@ class OwnershipTestCase(BaseTestCase):
             assert [m["id"] for m in got.json()["results"]] == expected, filters
 
     def test_it_validates_ownership_of_export_reads(self) -> None:
-        created = self.call(self.alice, "post", "/v1/exports/", {"filters": {"user_id": "alice"}})
+        created = self.call_as(
+            self.alice, "post", "/v1/exports/", {"filters": {"user_id": "alice"}}
+        )
         export_id = created.json()["id"]
         theirs, unknown = self.probe(
             "post", "/v1/exports/get/", {"memory_export_id": "{id}"}, target=export_id
@@ -192,7 +194,9 @@ class OwnershipTestCase(BaseTestCase):
         by_filters = self.as_charlie("post", "/v1/exports/get/", {"filters": {"user_id": "alice"}})
         latest = self.as_charlie("post", "/v1/exports/get/", {})
         assert (by_filters.status_code, latest.status_code) == (404, 404)
-        alices = self.call(self.alice, "post", "/v1/exports/get/", {"memory_export_id": export_id})
+        alices = self.call_as(
+            self.alice, "post", "/v1/exports/get/", {"memory_export_id": export_id}
+        )
         assert [m["memory"] for m in alices.json()["results"]] == [COFFEE]
 
     def test_it_validates_ownership_of_bulk_deletes(self) -> None:
