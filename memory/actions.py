@@ -204,7 +204,7 @@ def do_delete_memory(memory: Memory, *, actor: str) -> None:
 
 @transaction.atomic
 def do_delete_memories(queryset: MemoryQuerySet, *, actor: str) -> int:
-    return _mark_deleted(queryset.active().select_for_update(), actor)
+    return _mark_deleted(queryset.active().light().select_for_update(), actor)
 
 
 @dataclass(frozen=True)

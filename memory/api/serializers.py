@@ -67,15 +67,19 @@ class ScopeMixin(serializers.Serializer[dict[str, Any]]):
     run_id = ScopeIdField()
 
     def scope(self) -> dict[str, str | None]:
-        data = self.validated_data
-        filters = data.get("filters") or {}
-        scope: dict[str, str | None] = {}
-        for field in SCOPE_FIELDS:
-            value = data.get(field)
-            if value is None and isinstance(filters.get(field), str | int):
-                value = str(filters[field])
-            scope[field] = value
-        return scope
+        return scope_of(self.validated_data)
+
+
+def scope_of(data: dict[str, Any]) -> dict[str, str | None]:
+    """Scope ids given top-level, or as plain values inside `filters`."""
+    filters = data.get("filters") or {}
+    scope: dict[str, str | None] = {}
+    for field in SCOPE_FIELDS:
+        value = data.get(field)
+        if value is None and isinstance(filters.get(field), str | int):
+            value = str(filters[field])
+        scope[field] = value
+    return scope
 
 
 def validate_metadata(value: Any) -> dict[str, Any]:
@@ -157,10 +161,15 @@ class AddSerializer(ScopeMixin):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        self._validated_data = attrs
-        if not any(self.scope().values()):
+        scope = scope_of(attrs)
+        if not any(scope.values()):
             raise serializers.ValidationError(
                 "Give at least one of user_id, agent_id, app_id, run_id (top-level or in filters)."
+            )
+        wildcard = [field for field, value in scope.items() if value == "*"]
+        if wildcard:
+            raise serializers.ValidationError(
+                f"{wildcard[0]} '*' matches any value in filters; a memory needs a real id."
             )
         return attrs
 

@@ -112,6 +112,7 @@ class AddTestCase(BaseTestCase):
             {"messages": [{"content": "no role"}], "user_id": "alice"},
             {"messages": "no scope"},
             {"messages": "x", "user_id": {"nested": 1}},
+            {"messages": "x", "filters": {"user_id": "*"}},
             {"messages": "x", "user_id": "alice", "memory_type": "episodic"},
             {"messages": "x", "user_id": "alice", "timestamp": "yesterday"},
             {"messages": "x" * 20_001, "user_id": "alice"},
