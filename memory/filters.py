@@ -176,7 +176,7 @@ def parse_moment(field: str, value: Any) -> datetime:
 
 def _time_operand(field: str, value: Any) -> date | datetime:
     moment = parse_moment(field, value)
-    return moment.date() if field == "expiration_date" else moment
+    return moment.astimezone(UTC).date() if field == "expiration_date" else moment
 
 
 def _compile_time(field: str, value: Any) -> Q:
