@@ -97,12 +97,15 @@ def hybrid_search(
         rows = cursor.fetchall()
     # Fusion needs every candidate's signals; model instances are built for the winners only.
     scores = fuse([Signals(row[-2], row[-1], row[EVENT_COLUMN]) for row in rows])
-    ranked = sorted(zip(rows, scores, strict=True), key=lambda pair: pair[1].score, reverse=True)
-    return [
-        ScoredMemory(_memory(row), score)
-        for row, score in ranked[:top_k]
-        if score.score >= threshold
+    # As in Mem0, the threshold is on semantic similarity, so it drops what is unrelated in
+    # meaning; a memory that shares a query word is kept all the same (names, rare terms).
+    relevant = [
+        (row, score)
+        for row, score in zip(rows, scores, strict=True)
+        if score.semantic >= threshold or row[-1] > 0
     ]
+    relevant.sort(key=lambda pair: pair[1].score, reverse=True)
+    return [ScoredMemory(_memory(row), score) for row, score in relevant[:top_k]]
 
 
 def _memory(row: tuple[Any, ...]) -> Memory:

@@ -194,7 +194,7 @@ def list_v2(request: Request) -> Response:
     return list_memories(request, request.data, paged=paged)
 
 
-@extend_schema(summary="List (GET) or delete (DELETE) memories by scope (v1)")
+@extend_schema(summary="Add (POST), list (GET) or delete (DELETE) memories (v1)")
 @api_view(["GET", "POST", "DELETE"])
 def memories_v1(request: Request) -> Response:
     if request.method == "POST":

@@ -76,9 +76,12 @@ class SearchTestCase(BaseTestCase):
     def test_it_honours_top_k_and_threshold(self) -> None:
         body = {"query": "coffee", "filters": {"user_id": "alice"}, "top_k": 2, "threshold": 0}
         assert len(self.search(body).json()["results"]) == 2
+        # The threshold is on semantic similarity; keyword matches are kept anyway: the coffee
+        # memory, and its neighbour from the same add request, whose keyword context has it.
         strict = self.search({**body, "top_k": 5, "threshold": 0.99}).json()["results"]
-        assert all(r["score"] >= 0.99 for r in strict)
-        assert len(strict) < 5
+        assert [r["memory"] for r in strict] == [FACTS[0], FACTS[1]]
+        unrelated = {**body, "query": "quantum chromodynamics", "threshold": 0.5}
+        assert self.search(unrelated).json()["results"] == []
 
     def test_it_answers_v1_and_v2_with_a_bare_list(self) -> None:
         for path in ("/v2/memories/search/", "/v1/memories/search/"):
