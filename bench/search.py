@@ -184,7 +184,9 @@ def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> l
                 .active()
                 .filter(user_id=f"user-{user}", agent_id=None, app_id=None, run_id=None)
             )
-            scope.search(text, top_k=10, threshold=0, embedding=[float(x) for x in vector])
+            scope.search(
+                text, top_k=10, threshold=0, embedding=[float(x) for x in vector], exact=True
+            )
     return timings
 
 

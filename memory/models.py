@@ -48,10 +48,13 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         top_k: int,
         threshold: float,
         embedding: list[float] | None = None,
+        exact: bool = False,
     ) -> list[ScoredMemory]:
         from memory.search import hybrid_search
 
-        return hybrid_search(self, query, top_k=top_k, threshold=threshold, embedding=embedding)
+        return hybrid_search(
+            self, query, top_k=top_k, threshold=threshold, embedding=embedding, exact=exact
+        )
 
 
 class Memory(models.Model):

@@ -111,8 +111,11 @@ def search(request: Request, *, envelope: bool) -> Response:
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
     top_k = data.get("limit") or data["top_k"]
-    results = matching(request, data, serializer.scope()).search(
-        data["query"], top_k=top_k, threshold=data["threshold"]
+    scope = serializer.scope()
+    # One user's (agent's, run's) memories are few enough to rank exactly; see hybrid_search.
+    scoped = any(scope.values()) or bool(scope_values(data.get("filters") or {}))
+    results = matching(request, data, scope).search(
+        data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped
     )
     note_access(request, result_count=len(results))
     items = [
