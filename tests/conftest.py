@@ -14,6 +14,8 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import setup_databases, teardown_databases
 
+pytest_plugins = ["tests.fake_anthropic"]  # the fake_claude fixture
+
 
 def _use_credentials(user: str | None, password: str | None) -> None:
     connection = connections["default"]

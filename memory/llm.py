@@ -1,0 +1,340 @@
+"""The language-model layer of extraction: Claude through the official SDK, or an offline stand-in.
+
+Two calls, each a forced tool use with a JSON schema (no free-form JSON parsing):
+- extract: candidate facts from a conversation (text, category, confidence, supporting message
+  positions), resolving relative dates against the observation date;
+- decide: for each candidate, ADD / UPDATE / DELETE / NONE against the most similar existing
+  memories, shown to the model under small integer ids (models invent UUIDs; an id that was not
+  shown is rejected, never guessed).
+
+The pipeline (retrieval, applying decisions, events) uses these through `Extractor`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Literal, Protocol
+
+from anthropic.types import MessageParam, ToolChoiceToolParam, ToolParam
+from pydantic import BaseModel, Field, ValidationError
+
+Event = Literal["ADD", "UPDATE", "DELETE", "NONE"]
+
+
+class ModelOutputError(RuntimeError):
+    """The model's tool input does not fit the schema; nothing may be applied from it."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    position: int
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Context:
+    new_messages: Sequence[Turn]
+    observed_on: date
+    recent_messages: Sequence[Turn] = ()
+    summary: str = ""
+    custom_instructions: str = ""
+    categories: Sequence[str] = ()
+    includes: str = ""
+    excludes: str = ""
+    about_agent: bool = False  # extract the agent's facts (agent scope) instead of the user's
+
+
+@dataclass(frozen=True)
+class Fact:
+    text: str
+    category: str | None = None
+    confidence: float = 1.0
+    positions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Existing:
+    id: uuid.UUID
+    text: str
+    similarity: float = 0.0  # to the candidate it was retrieved for
+
+
+@dataclass(frozen=True)
+class Decision:
+    event: Event
+    fact: int  # index into the candidates
+    memory_id: uuid.UUID | None = None  # the existing memory an UPDATE / DELETE / NONE is about
+    text: str = ""  # the text to store for ADD / UPDATE
+
+
+@dataclass
+class Usage:
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+
+
+@dataclass
+class Decisions:
+    decisions: list[Decision] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # why some model output was not used
+
+
+class Extractor(Protocol):
+    name: str
+
+    def extract(self, context: Context) -> tuple[list[Fact], Usage]: ...
+
+    def decide(
+        self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
+    ) -> tuple[Decisions, Usage]: ...
+
+
+# --- Claude ---------------------------------------------------------------------------------
+
+
+class _FactOut(BaseModel):
+    text: str = Field(min_length=1, max_length=2000)
+    category: str | None = None
+    confidence: float = Field(ge=0, le=1)
+    positions: list[int] = []
+
+
+class _Facts(BaseModel):
+    facts: list[_FactOut]
+
+
+class _DecisionOut(BaseModel):
+    fact: int = Field(ge=0)
+    event: Event
+    id: str | None = None
+    text: str | None = None
+
+
+class _Decisions(BaseModel):
+    decisions: list[_DecisionOut]
+
+
+EXTRACT_TOOL: ToolParam = {
+    "name": "record_facts",
+    "description": "Record the durable facts worth remembering from the new messages.",
+    "input_schema": _Facts.model_json_schema(),
+}
+DECIDE_TOOL: ToolParam = {
+    "name": "record_decisions",
+    "description": "For each candidate fact, decide ADD, UPDATE, DELETE or NONE.",
+    "input_schema": _Decisions.model_json_schema(),
+}
+
+EXTRACT_SYSTEM = (
+    "You keep a long-term memory about {subject}. From the NEW messages, extract the few "
+    "durable, self-contained facts worth remembering (preferences, personal details, plans, "
+    "relationships, health, work, and so on). One fact per item, in the third person "
+    '("{subject_word} likes ..."), 15 to 60 words, in the language of the messages. Resolve '
+    'relative dates ("last week") against the observation date {observed_on} and write '
+    "absolute dates. Skip greetings, questions, small talk and anything already obvious from "
+    "the summary. `positions` lists the positions of the messages that support the fact. "
+    "Confidence is between 0 and 1."
+)
+
+DECIDE_SYSTEM = """You maintain a memory store. For each candidate fact (by its index), compare it \
+with the existing memories listed for it (each has a small integer id) and choose:
+- ADD: new information; give the text to store.
+- UPDATE: refines or changes an existing memory (give its id and the new, complete text).
+- DELETE: the candidate contradicts an existing memory that is now false (give its id); if the \
+candidate itself is new information, also ADD it.
+- NONE: already known (give the id of the memory that says it).
+Only use ids that are listed."""
+
+
+class ClaudeExtractor:
+    name = "claude"
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        max_tokens: int,
+        timeout: float,
+        max_retries: int,
+        base_url: str | None = None,
+    ) -> None:
+        import anthropic
+
+        self.model = model
+        self.max_tokens = max_tokens
+        self.client = anthropic.Anthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+        )
+
+    def _call(self, system: str, prompt: str, tool: ToolParam) -> tuple[dict[str, Any], Usage]:
+        messages: list[MessageParam] = [{"role": "user", "content": prompt}]
+        choice: ToolChoiceToolParam = {"type": "tool", "name": tool["name"]}
+        response = self.client.messages.create(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=system,
+            messages=messages,
+            tools=[tool],
+            tool_choice=choice,
+        )
+        usage = Usage(1, response.usage.input_tokens, response.usage.output_tokens)
+        for block in response.content:
+            if block.type == "tool_use" and block.name == tool["name"]:
+                return dict(block.input), usage
+        raise ModelOutputError(f"the model did not call {tool['name']}")
+
+    def extract(self, context: Context) -> tuple[list[Fact], Usage]:
+        subject = (
+            "an AI agent (its own behaviour and settings)" if context.about_agent else "a user"
+        )
+        system = EXTRACT_SYSTEM.format(
+            subject=subject,
+            subject_word="The agent" if context.about_agent else "User",
+            observed_on=context.observed_on.isoformat(),
+        )
+        data, usage = self._call(system, extraction_prompt(context), EXTRACT_TOOL)
+        try:
+            parsed = _Facts.model_validate(data)
+        except ValidationError as exc:
+            raise ModelOutputError(f"record_facts input is malformed: {exc}") from None
+        positions = {t.position for t in context.new_messages}
+        facts = [
+            Fact(
+                f.text.strip(),
+                f.category,
+                f.confidence,
+                tuple(p for p in f.positions if p in positions),
+            )
+            for f in parsed.facts
+        ]
+        return facts, usage
+
+    def decide(
+        self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
+    ) -> tuple[Decisions, Usage]:
+        shown: dict[str, uuid.UUID] = {}
+        lines = []
+        for index, (fact, neighbours) in enumerate(zip(facts, existing, strict=True)):
+            lines.append(f"Candidate {index}: {fact.text}")
+            for memory in neighbours:
+                small_id = next((k for k, v in shown.items() if v == memory.id), str(len(shown)))
+                shown[small_id] = memory.id
+                lines.append(f"  existing id {small_id}: {memory.text}")
+        data, usage = self._call(DECIDE_SYSTEM, "\n".join(lines), DECIDE_TOOL)
+        try:
+            parsed = _Decisions.model_validate(data)
+        except ValidationError as exc:
+            raise ModelOutputError(f"record_decisions input is malformed: {exc}") from None
+        return map_decisions(parsed.decisions, facts, shown), usage
+
+
+def map_decisions(
+    raw: Sequence[_DecisionOut], facts: Sequence[Fact], shown: dict[str, uuid.UUID]
+) -> Decisions:
+    """Map the model's small ids back to memories; drop what cannot be trusted, saying why."""
+    result = Decisions()
+    for item in raw:
+        if item.fact >= len(facts):
+            result.rejected.append(f"decision for unknown candidate {item.fact}")
+            continue
+        memory_id = None
+        if item.event != "ADD":
+            if item.id is None or item.id not in shown:
+                result.rejected.append(f"{item.event} names id {item.id!r}, which was not shown")
+                continue
+            memory_id = shown[item.id]
+        text = (item.text or facts[item.fact].text).strip()
+        result.decisions.append(Decision(item.event, item.fact, memory_id, text))
+    return result
+
+
+def extraction_prompt(context: Context) -> str:
+    parts = []
+    if context.summary:
+        parts.append(f"## Summary so far\n{context.summary}")
+    if context.recent_messages:
+        parts.append("## Recent messages\n" + _turns(context.recent_messages))
+    parts.append("## New messages\n" + _turns(context.new_messages))
+    parts.append(f"## Observation date\n{context.observed_on.isoformat()}")
+    if context.categories:
+        parts.append("## Categories (use one of these)\n" + ", ".join(context.categories))
+    if context.custom_instructions:
+        parts.append(f"## Custom instructions\n{context.custom_instructions}")
+    if context.includes:
+        parts.append(f"## Only remember\n{context.includes}")
+    if context.excludes:
+        parts.append(f"## Never remember\n{context.excludes}")
+    return "\n\n".join(parts)
+
+
+def _turns(turns: Sequence[Turn]) -> str:
+    return "\n".join(f"[{t.position}] {t.role}: {t.content}" for t in turns)
+
+
+# --- Offline --------------------------------------------------------------------------------
+
+FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|we|our|us)\b", re.IGNORECASE)
+GREETING = re.compile(
+    r"^(hi|hello|hey|thanks|thank you|bye|goodbye|good (morning|evening|night)|ok|okay|cool)\b",
+    re.IGNORECASE,
+)
+SENTENCE = re.compile(r"(?<=[.!?])\s+")
+DUPLICATE_SIMILARITY = 0.9
+
+
+class OfflineExtractor:
+    """A deterministic stand-in when no Claude key is configured.
+
+    It keeps first-person statements from user messages (agent messages for an agent scope),
+    sentence by sentence, verbatim; drops greetings, questions and fragments under three words;
+    treats a statement as known (NONE) when an existing memory is at least 0.9 similar; and
+    otherwise ADDs. It never updates or deletes, resolves no dates and assigns no categories.
+    """
+
+    name = "offline"
+
+    def extract(self, context: Context) -> tuple[list[Fact], Usage]:
+        speaker = "assistant" if context.about_agent else "user"
+        facts: list[Fact] = []
+        seen: set[str] = set()
+        for turn in context.new_messages:
+            if turn.role != speaker:
+                continue
+            for sentence in SENTENCE.split(turn.content.strip()):
+                text = sentence.strip()
+                key = text.lower().rstrip(".!")
+                if (
+                    len(text.split()) < 3
+                    or text.endswith("?")
+                    or GREETING.match(text)
+                    or not (context.about_agent or FIRST_PERSON.search(text))
+                    or key in seen
+                ):
+                    continue
+                seen.add(key)
+                facts.append(Fact(text, None, 1.0, (turn.position,)))
+        return facts, Usage()
+
+    def decide(
+        self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
+    ) -> tuple[Decisions, Usage]:
+        result = Decisions()
+        for index, (fact, neighbours) in enumerate(zip(facts, existing, strict=True)):
+            known = max(neighbours, key=lambda m: m.similarity, default=None)
+            if known is not None and known.similarity >= DUPLICATE_SIMILARITY:
+                result.decisions.append(Decision("NONE", index, known.id, fact.text))
+            else:
+                result.decisions.append(Decision("ADD", index, None, fact.text))
+        return result, Usage()

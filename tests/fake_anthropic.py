@@ -1,0 +1,89 @@
+"""A local fake of Anthropic's Messages API, scripted per test, for the real `anthropic` SDK.
+
+Each POST /v1/messages takes the next scripted reply: a tool input (answered as a `tool_use`
+block of the tool the request forces), an HTTP error, or a delay before the reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Reply:
+    tool_input: dict[str, Any] | None = None
+    status: int = 200
+    error_type: str = "api_error"
+    delay: float = 0.0
+    usage: tuple[int, int] = (120, 40)
+
+
+@dataclass
+class FakeClaude:
+    url: str = ""
+    replies: list[Reply] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def script(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+
+def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            reply = fake.replies.pop(0) if fake.replies else Reply(status=500)
+            time.sleep(reply.delay)
+            if reply.status != 200:
+                error = {"type": reply.error_type, "message": "scripted failure"}
+                return self._send(reply.status, {"type": "error", "error": error})
+            name = (body.get("tool_choice") or {}).get("name")
+            content = [{"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
+                        "input": reply.tool_input or {}}]  # fmt: skip
+            self._send(200, {
+                "id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
+                "model": body.get("model"), "content": content, "stop_reason": "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]},
+            })  # fmt: skip
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            # The client may have timed out and gone away.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def fake_claude() -> Iterator[FakeClaude]:
+    fake = FakeClaude()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    server.daemon_threads = True
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    server.shutdown()
+    server.server_close()

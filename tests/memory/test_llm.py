@@ -1,0 +1,133 @@
+"""Claude (through the real SDK, against a local fake Messages API) and the offline extractor."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date
+
+import anthropic
+import pytest
+
+from memory.llm import (
+    ClaudeExtractor,
+    Context,
+    Existing,
+    Fact,
+    ModelOutputError,
+    OfflineExtractor,
+    Turn,
+)
+from tests.fake_anthropic import FakeClaude, Reply
+
+MODEL = "claude-haiku-5-5"
+TEA = Existing(uuid.uuid4(), "User lives in NYC", 0.8)
+SINGLE = Existing(uuid.uuid4(), "User is single", 0.7)
+
+
+def claude(fake: FakeClaude, *, retries: int = 0, timeout: float = 5) -> ClaudeExtractor:
+    return ClaudeExtractor(
+        api_key="sk-test", base_url=fake.url, model=MODEL, max_tokens=512,
+        timeout=timeout, max_retries=retries,
+    )  # fmt: skip
+
+
+def context(*texts: str) -> Context:
+    turns = [Turn(i, "user", t) for i, t in enumerate(texts)]
+    return Context(new_messages=turns, observed_on=date(2026, 11, 22))
+
+
+def test_it_extracts_facts_through_a_forced_tool_call(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply({"facts": [
+        {"text": "User moved to SF on 2026-11-15", "category": "home", "confidence": 0.9,
+         "positions": [0, 7]},
+    ]}))  # fmt: skip
+    facts, usage = claude(fake_claude).extract(context("I moved from NYC to SF last week"))
+    assert facts == [Fact("User moved to SF on 2026-11-15", "home", 0.9, (0,))]  # 7 not shown
+    assert (usage.calls, usage.input_tokens, usage.output_tokens) == (1, 120, 40)
+    request = fake_claude.requests[0]
+    assert request["headers"]["Authorization"] == "Bearer sk-test"
+    body = request["body"]
+    assert (body["model"], body["tool_choice"]) == (MODEL, {"type": "tool", "name": "record_facts"})
+    assert "2026-11-22" in body["messages"][0]["content"]
+    assert "[0] user: I moved from NYC to SF last week" in body["messages"][0]["content"]
+
+
+def test_it_maps_small_ids_back_to_memories(fake_claude: FakeClaude) -> None:
+    facts = [Fact("User lives in SF"), Fact("User is married")]
+    fake_claude.script(Reply({"decisions": [
+        {"fact": 0, "event": "UPDATE", "id": "0", "text": "User lives in SF (moved from NYC)"},
+        {"fact": 1, "event": "DELETE", "id": "1"},
+        {"fact": 1, "event": "ADD", "text": "User is married"},
+    ]}))  # fmt: skip
+    result, _ = claude(fake_claude).decide(facts, [[TEA], [SINGLE]])
+    assert [(d.event, d.fact, d.memory_id, d.text) for d in result.decisions] == [
+        ("UPDATE", 0, TEA.id, "User lives in SF (moved from NYC)"),
+        ("DELETE", 1, SINGLE.id, "User is married"),
+        ("ADD", 1, None, "User is married"),
+    ]
+    prompt = fake_claude.requests[0]["body"]["messages"][0]["content"]
+    assert "existing id 0: User lives in NYC" in prompt
+    assert str(TEA.id) not in prompt  # the model never sees real ids
+
+
+def test_it_rejects_an_invented_id_and_keeps_the_rest(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply({"decisions": [
+        {"fact": 0, "event": "UPDATE", "id": "7", "text": "x"},
+        {"fact": 0, "event": "NONE", "id": str(TEA.id)},
+        {"fact": 5, "event": "ADD", "text": "y"},
+        {"fact": 0, "event": "NONE", "id": "0"},
+    ]}))  # fmt: skip
+    result, _ = claude(fake_claude).decide([Fact("User lives in NYC")], [[TEA]])
+    assert [(d.event, d.memory_id) for d in result.decisions] == [("NONE", TEA.id)]
+    assert len(result.rejected) == 3
+
+
+def test_it_refuses_malformed_tool_input(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply({"facts": [{"text": "", "confidence": 7}]}))
+    with pytest.raises(ModelOutputError, match="malformed"):
+        claude(fake_claude).extract(context("I like tea"))
+    fake_claude.script(Reply({"decisions": [{"fact": 0, "event": "MERGE"}]}))
+    with pytest.raises(ModelOutputError, match="malformed"):
+        claude(fake_claude).decide([Fact("x")], [[]])
+
+
+def test_it_retries_a_rate_limit_then_succeeds(fake_claude: FakeClaude) -> None:
+    fake_claude.script(
+        Reply(status=429, error_type="rate_limit_error"),
+        Reply({"facts": [{"text": "User likes tea", "confidence": 1, "positions": [0]}]}),
+    )
+    facts, _ = claude(fake_claude, retries=2).extract(context("I like tea"))
+    assert [f.text for f in facts] == ["User likes tea"]
+    assert len(fake_claude.requests) == 2
+
+
+def test_it_gives_up_after_timeouts(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply({"facts": []}, delay=1.5), Reply({"facts": []}, delay=1.5))
+    with pytest.raises(anthropic.APITimeoutError):
+        claude(fake_claude, retries=1, timeout=0.5).extract(context("I like tea"))
+    assert len(fake_claude.requests) == 2
+
+
+def test_it_extracts_offline_first_person_statements_only() -> None:
+    turns = [
+        Turn(0, "user", "Hi there! I love dark roast coffee. What is the weather like?"),
+        Turn(1, "assistant", "I am an assistant and I like helping."),
+        Turn(2, "user", "My sister lives in Lisbon. Thanks! The sky is blue today."),
+        Turn(3, "user", "I love dark roast coffee"),
+    ]
+    facts, usage = OfflineExtractor().extract(Context(turns, date(2026, 11, 22)))
+    assert [(f.text, f.positions) for f in facts] == [
+        ("I love dark roast coffee.", (0,)),
+        ("My sister lives in Lisbon.", (2,)),
+    ]
+    assert usage.calls == 0
+
+
+def test_it_decides_offline_by_similarity_and_never_deletes() -> None:
+    facts = [Fact("I live in NYC"), Fact("I got married")]
+    near = Existing(uuid.uuid4(), "I live in NYC.", 0.97)
+    result, _ = OfflineExtractor().decide(facts, [[near], [SINGLE]])
+    assert [(d.event, d.memory_id) for d in result.decisions] == [
+        ("NONE", near.id),
+        ("ADD", None),
+    ]
