@@ -187,3 +187,47 @@ class MemoryExport(models.Model):
 
     def __str__(self) -> str:
         return f"export {self.id}"
+
+
+class MemoryEvent(models.Model):
+    """The durable record of one asynchronous add request (the outbox the workers drain).
+
+    PENDING -> RUNNING (claimed with a lease) -> SUCCEEDED | FAILED. Processing is idempotent:
+    a claim is a conditional update, and results are written with the status in one transaction.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING"
+        RUNNING = "RUNNING"
+        SUCCEEDED = "SUCCEEDED"
+        FAILED = "FAILED"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # The validated request: messages, scope, metadata, options (infer, memory_type, …).
+    payload = models.JSONField()
+    results = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, default="")
+    extractor = models.CharField(max_length=20, blank=True, default="")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    # Token usage ({"calls", "input_tokens", "output_tokens"}) and timings in milliseconds.
+    usage = models.JSONField(default=dict, blank=True)
+    timings = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            models.Index(fields=["project", "status", "created_at"], name="event_project_status"),
+            models.Index(
+                fields=["lease_until"],
+                name="event_running_lease",
+                condition=models.Q(status="RUNNING"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.id}"

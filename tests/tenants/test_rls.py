@@ -10,7 +10,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from audit.models import AccessLog, MemoryHistory
-from memory.models import Feedback, MemoryExport
+from memory.models import Feedback, MemoryEvent, MemoryExport
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory
@@ -35,6 +35,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_memoryexport": lambda project_id: MemoryExport.objects.create(
         project_id=project_id, result=[]
+    ),
+    "memory_memoryevent": lambda project_id: MemoryEvent.objects.create(
+        project_id=project_id, payload={"messages": []}
     ),
 }
 

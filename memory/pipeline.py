@@ -1,0 +1,275 @@
+"""Extraction and consolidation of one add request (a MemoryEvent).
+
+Extract, retrieve, decide, apply.
+
+`process_event` is what a worker runs. It is safe to run twice: the event is claimed with a
+conditional update, and decisions are applied in the same transaction that marks it SUCCEEDED.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import F, Q
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from audit.models import MemoryHistory
+from memory.actions import _history, content_hash, structured_attributes
+from memory.embeddings import Vectors, embed
+from memory.llm import Context, Decision, Existing, Extractor, Fact, ModelOutputError, Turn, Usage
+from memory.models import SCOPE_FIELDS, Memory, MemoryEvent
+from tenants.db import project_context
+
+LEASE = timedelta(minutes=5)
+NEIGHBOURS = 5  # existing memories shown to the model per candidate fact
+RECENT_TURNS = 10
+
+
+@dataclass
+class Run:
+    event_id: uuid.UUID
+    project_id: uuid.UUID
+    scope: dict[str, Any]
+    started: float
+    usage: Usage
+    extractor: str = ""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    facts: list[Fact]
+    vectors: Vectors
+    duplicates: dict[int, Memory]  # fact index -> active memory with the same text
+    neighbours: list[list[Existing]]
+
+
+def claim(event_id: uuid.UUID) -> bool:
+    """Take the event if it is pending, or running with an expired lease (a worker died)."""
+    now = timezone.now()
+    claimable = Q(status=MemoryEvent.Status.PENDING) | Q(
+        status=MemoryEvent.Status.RUNNING, lease_until__lt=now
+    )
+    return bool(
+        MemoryEvent.objects.filter(claimable, pk=event_id).update(
+            status=MemoryEvent.Status.RUNNING,
+            attempts=F("attempts") + 1,
+            lease_until=now + LEASE,
+            started_at=now,
+        )
+    )
+
+
+def process_event(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> None:
+    started = time.perf_counter()
+    with project_context(project_id):
+        if not claim(event_id):
+            return
+        event = MemoryEvent.objects.get(pk=event_id)
+        scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
+        context = build_context(event, scope)
+    try:
+        facts, usage = extractor.extract(context)
+        prepared = prepare(project_id, scope, facts)
+        open_facts = [i for i in range(len(facts)) if i not in prepared.duplicates]
+        decisions, decide_usage = (
+            extractor.decide(
+                [facts[i] for i in open_facts], [prepared.neighbours[i] for i in open_facts]
+            )
+            if open_facts
+            else (None, Usage())
+        )
+    except ModelOutputError as exc:
+        mark_failed(event_id, project_id, str(exc))
+        return
+    usage.add(decide_usage)
+    chosen = [
+        Decision(d.event, open_facts[d.fact], d.memory_id, d.text)
+        for d in (decisions.decisions if decisions else [])
+    ]
+    rejected = decisions.rejected if decisions else []
+    run = Run(event_id, project_id, scope, started, usage, extractor.name)
+    apply(run, prepared, chosen, rejected)
+
+
+def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
+    payload = event.payload
+    new = [Turn(i, m["role"], m["content"]) for i, m in enumerate(payload["messages"])]
+    earlier = (
+        MemoryEvent.objects.filter(
+            status=MemoryEvent.Status.SUCCEEDED, created_at__lt=event.created_at
+        )
+        .filter(**{f"payload__scope__{f}": v for f, v in scope.items()})
+        .order_by("-created_at")[:3]
+    )
+    recent: list[Turn] = []
+    for previous in earlier:
+        recent = [Turn(-1, m["role"], m["content"]) for m in previous.payload["messages"]] + recent
+    observed = payload.get("timestamp")
+    observed_on = (
+        datetime.fromtimestamp(observed, tz=UTC).date() if observed else event.created_at.date()
+    )
+    return Context(
+        new_messages=new,
+        observed_on=observed_on,
+        recent_messages=recent[-RECENT_TURNS:],
+        custom_instructions=payload.get("custom_instructions") or "",
+        categories=payload.get("custom_categories") or (),
+        includes=payload.get("includes") or "",
+        excludes=payload.get("excludes") or "",
+        about_agent=bool(scope.get("agent_id")) and not scope.get("user_id"),
+    )
+
+
+def scope_memories(project_id: uuid.UUID, scope: dict[str, Any]) -> Any:
+    filters = {f: v for f, v in scope.items() if v is not None}
+    nulls = {f"{f}__isnull": True for f, v in scope.items() if v is None}
+    return Memory.objects.for_project(project_id).active().filter(**filters, **nulls)
+
+
+def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact]) -> Prepared:
+    """Embed the facts; find exact duplicates and each fact's nearest existing memories."""
+    vectors = embed([f.text for f in facts])
+    duplicates: dict[int, Memory] = {}
+    neighbours: list[list[Existing]] = []
+    with project_context(project_id):
+        memories = scope_memories(project_id, scope).light()
+        by_hash = {
+            m.hash: m for m in memories.filter(hash__in=[content_hash(f.text) for f in facts])
+        }
+        for index, (fact, vector) in enumerate(zip(facts, vectors, strict=True)):
+            if content_hash(fact.text) in by_hash:
+                duplicates[index] = by_hash[content_hash(fact.text)]
+            nearest = memories.annotate(distance=CosineDistance("embedding", vector)).order_by(
+                "distance"
+            )[:NEIGHBOURS]
+            neighbours.append([Existing(m.id, m.text, 1 - m.distance) for m in nearest])
+    return Prepared(list(facts), vectors, duplicates, neighbours)
+
+
+def apply(run: Run, prepared: Prepared, decisions: Sequence[Decision], rejected: list[str]) -> None:
+    """Apply every decision and finish the event, in one transaction, or nothing at all."""
+    texts = [d.text for d in decisions if d.event in ("ADD", "UPDATE")]
+    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    with project_context(run.project_id):
+        event = MemoryEvent.objects.select_for_update().get(pk=run.event_id)
+        if event.status != MemoryEvent.Status.RUNNING:
+            return  # another run finished it
+        results = [
+            {"id": str(m.id), "memory": m.text, "event": "NONE"}
+            for m in prepared.duplicates.values()
+        ]
+        targets = {
+            m.pk: m
+            for m in Memory.objects.light()
+            .select_for_update()
+            .filter(pk__in=[d.memory_id for d in decisions if d.memory_id])
+        }
+        for decision in decisions:
+            outcome = _apply_one(
+                event, decision, fact=prepared.facts[decision.fact], scope=run.scope,
+                targets=targets, vectors=vectors,
+            )  # fmt: skip
+            if isinstance(outcome, str):
+                rejected.append(outcome)
+            elif outcome is not None:
+                results.append(outcome)
+        event.status = MemoryEvent.Status.SUCCEEDED
+        event.results = results
+        event.extractor = run.extractor
+        event.usage = {"calls": run.usage.calls, "input_tokens": run.usage.input_tokens,
+                       "output_tokens": run.usage.output_tokens}  # fmt: skip
+        event.error = "; ".join(rejected)
+        event.completed_at = timezone.now()
+        event.lease_until = None
+        event.timings = {"total_ms": round((time.perf_counter() - run.started) * 1000, 1)}
+        event.save()
+
+
+def _apply_one(
+    event: MemoryEvent,
+    decision: Decision,
+    *,
+    fact: Fact,
+    scope: dict[str, Any],
+    targets: dict[uuid.UUID, Memory],
+    vectors: dict[str, Any],
+) -> dict[str, Any] | str | None:
+    """Apply one decision; return its result, None for NONE, or why it was refused."""
+    actor = f"extractor:{event.id}"
+    target = targets.get(decision.memory_id) if decision.memory_id else None
+    if decision.event != "ADD" and target is None:
+        return f"{decision.event} of a memory that is no longer active"
+    if target is not None and target.immutable and decision.event in ("UPDATE", "DELETE"):
+        return f"{decision.event} of immutable memory {target.id} refused"
+    if decision.event == "NONE":
+        return None
+    if decision.event == "DELETE":
+        assert target is not None  # noqa: S101 - checked above
+        target.state = Memory.State.DELETED
+        target.updated_at = timezone.now()
+        target.save(update_fields=["state", "updated_at"])
+        MemoryHistory.objects.bulk_create(
+            [
+                _history(
+                    target,
+                    MemoryHistory.Event.DELETE,
+                    old=target.text,
+                    actor=actor,
+                    event_id=event.id,
+                )
+            ]
+        )
+        return {"id": str(target.id), "memory": target.text, "event": "DELETE"}
+    memory = _new_memory(event, scope, fact, decision.text, vectors[decision.text])
+    MemoryHistory.objects.bulk_create(
+        [_history(memory, MemoryHistory.Event.ADD, old=None, actor=actor, event_id=event.id)]
+    )
+    if decision.event == "UPDATE":
+        assert target is not None  # noqa: S101 - checked above
+        target.state, target.replaced_by, target.updated_at = (
+            Memory.State.SUPERSEDED, memory, timezone.now()
+        )  # fmt: skip
+        target.save(update_fields=["state", "replaced_by", "updated_at"])
+        history = _history(target, MemoryHistory.Event.UPDATE, old=target.text, actor=actor,
+                           event_id=event.id)  # fmt: skip
+        history.new_memory = memory.text
+        history.save()
+        return {"id": str(memory.id), "memory": memory.text, "event": "UPDATE",
+                "previous_memory": target.text, "replaces": str(target.id)}  # fmt: skip
+    return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}
+
+
+def _new_memory(
+    event: MemoryEvent, scope: dict[str, Any], fact: Fact, text: str, vector: Any
+) -> Memory:
+    moment = timezone.now()
+    return Memory.objects.create(
+        project_id=event.project_id,
+        text=text,
+        hash=content_hash(text),
+        embedding=vector,
+        metadata=event.payload.get("metadata") or {},
+        categories=[fact.category.lower()] if fact.category else [],
+        created_at=moment,
+        updated_at=moment,
+        structured_attributes=structured_attributes(moment),
+        source_event_id=event.id,
+        source_positions=list(fact.positions),
+        **scope,
+    )
+
+
+def mark_failed(event_id: uuid.UUID, project_id: uuid.UUID, error: str) -> None:
+    with project_context(project_id):
+        MemoryEvent.objects.filter(pk=event_id).update(
+            status=MemoryEvent.Status.FAILED,
+            error=error[:5000],
+            completed_at=timezone.now(),
+            lease_until=None,
+        )

@@ -1,0 +1,161 @@
+"""Extraction and consolidation of an add request, with Claude faked at the HTTP boundary."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from audit.models import MemoryHistory
+from memory.llm import ClaudeExtractor, OfflineExtractor
+from memory.models import Memory, MemoryEvent
+from memory.pipeline import process_event
+from tenants.db import project_context
+from tests.base import BaseTestCase
+from tests.factory import add_texts
+from tests.fake_anthropic import FakeClaude, Reply
+
+SCOPE = {"user_id": "alice", "agent_id": None, "app_id": None, "run_id": None}
+
+
+def facts(*texts: str) -> Reply:
+    return Reply({"facts": [{"text": t, "confidence": 0.9, "positions": [0]} for t in texts]})
+
+
+def decisions(*items: dict[str, Any]) -> Reply:
+    return Reply({"decisions": list(items)})
+
+
+def add(text: str) -> Reply:
+    return decisions({"fact": 0, "event": "ADD", "text": text})
+
+
+class PipelineTestCase(BaseTestCase):
+    @pytest.fixture(autouse=True)
+    def _claude(self, fake_claude: FakeClaude) -> None:
+        self.fake = fake_claude
+        self.claude = ClaudeExtractor(
+            api_key="sk-test", base_url=fake_claude.url, model="claude-haiku-5-5",
+            max_tokens=512, timeout=5, max_retries=0,
+        )  # fmt: skip
+
+    def setUp(self) -> None:
+        self.project = self.alice.key.project
+
+    def event(self, *messages: str, **payload: Any) -> MemoryEvent:
+        body = {"messages": [{"role": "user", "content": m} for m in messages], "scope": SCOPE}
+        with project_context(self.project.pk):
+            return MemoryEvent.objects.create(project=self.project, payload={**body, **payload})
+
+    def run_event(self, event: MemoryEvent, extractor: Any = None) -> MemoryEvent:
+        process_event(event.id, self.project.pk, extractor or self.claude)
+        with project_context(self.project.pk):
+            return MemoryEvent.objects.get(pk=event.pk)
+
+    def memories(self, **filters: Any) -> list[Memory]:
+        with project_context(self.project.pk):
+            return list(Memory.objects.filter(**filters).order_by("created_at"))
+
+    def existing(self, text: str) -> Memory:
+        with project_context(self.project.pk):
+            return add_texts(self.project, [text], user_id="alice")[0]
+
+    def test_it_adds_a_new_fact(self) -> None:
+        self.fake.script(facts("User likes green tea"), add("User likes green tea"))
+        done = self.run_event(self.event("I really like green tea"))
+        assert done.status == "SUCCEEDED"
+        memory = self.memories(state="active")[0]
+        assert (memory.text, memory.user_id, memory.source_event_id) == (
+            "User likes green tea",
+            "alice",
+            done.id,
+        )
+        assert done.results == [{"id": str(memory.id), "memory": memory.text, "event": "ADD"}]
+        assert done.usage == {"calls": 2, "input_tokens": 240, "output_tokens": 80}
+        assert done.extractor == "claude"
+
+    def test_it_updates_with_history(self) -> None:
+        old = self.existing("User lives in NYC")
+        update = {"fact": 0, "event": "UPDATE", "id": "0", "text": "User lives in SF"}
+        self.fake.script(facts("User moved from NYC to SF"), decisions(update))
+        done = self.run_event(self.event("I moved from NYC to SF"))
+        [new] = self.memories(state="active")
+        previous = self.memories(pk=old.pk)[0]
+        assert (new.text, previous.state, previous.replaced_by_id) == (
+            "User lives in SF",
+            "superseded",
+            new.id,
+        )
+        with project_context(self.project.pk):
+            row = MemoryHistory.objects.get(memory_id=old.id, event="UPDATE")
+        assert (row.old_memory, row.new_memory, row.event_id) == (
+            "User lives in NYC",
+            "User lives in SF",
+            done.id,
+        )
+
+    def test_it_deletes_a_contradicted_fact_and_adds_the_new_one(self) -> None:
+        single = self.existing("User is single")
+        self.fake.script(facts("User just got married"), decisions(
+            {"fact": 0, "event": "DELETE", "id": "0"},
+            {"fact": 0, "event": "ADD", "text": "User is married"},
+        ))  # fmt: skip
+        done = self.run_event(self.event("I just got married"))
+        assert [m.text for m in self.memories(state="active")] == ["User is married"]
+        assert self.memories(pk=single.pk)[0].state == "deleted"
+        assert [r["event"] for r in done.results] == ["DELETE", "ADD"]
+
+    def test_it_short_circuits_an_exact_repeat_before_deciding(self) -> None:
+        known = self.existing("User likes green tea")
+        self.fake.script(facts("User likes green tea"))
+        done = self.run_event(self.event("Green tea is my favourite"))
+        assert len(self.fake.requests) == 1  # no decide call
+        assert done.results == [{"id": str(known.id), "memory": known.text, "event": "NONE"}]
+        assert len(self.memories()) == 1
+
+    def test_it_rejects_an_invented_id_and_stays_consistent(self) -> None:
+        old = self.existing("User lives in NYC")
+        self.fake.script(facts("User lives in SF"), decisions(
+            {"fact": 0, "event": "UPDATE", "id": "9", "text": "User lives in SF"},
+        ))  # fmt: skip
+        done = self.run_event(self.event("I live in SF now"))
+        assert done.status == "SUCCEEDED"
+        assert "'9', which was not shown" in done.error
+        assert [m.id for m in self.memories(state="active")] == [old.id]
+
+    def test_it_fails_on_malformed_tool_input_and_applies_nothing(self) -> None:
+        self.fake.script(Reply({"facts": [{"text": "x", "confidence": "very"}]}))
+        done = self.run_event(self.event("I like tea"))
+        assert (done.status, done.results) == ("FAILED", [])
+        assert "malformed" in done.error
+        assert self.memories() == []
+
+    def test_it_is_safe_to_run_twice(self) -> None:
+        self.fake.script(facts("User likes tea"), add("User likes tea"))
+        event = self.event("I like tea")
+        self.run_event(event)
+        again = self.run_event(event)  # nothing scripted: a second model call would fail it
+        assert (again.status, again.attempts) == ("SUCCEEDED", 1)
+        assert len(self.memories()) == 1
+
+    def test_it_reclaims_an_event_whose_lease_expired(self) -> None:
+        event = self.event("I like tea")
+        with project_context(self.project.pk):
+            MemoryEvent.objects.filter(pk=event.pk).update(
+                status="RUNNING", attempts=1, lease_until=timezone.now() - timedelta(seconds=1)
+            )
+        self.fake.script(facts("User likes tea"), add("User likes tea"))
+        done = self.run_event(event)
+        assert (done.status, done.attempts) == ("SUCCEEDED", 2)
+
+    def test_it_runs_offline_without_a_model(self) -> None:
+        done = self.run_event(
+            self.event("Hi! I love hiking in the Alps. What's new?"), OfflineExtractor()
+        )
+        assert [m.text for m in self.memories()] == ["I love hiking in the Alps."]
+        assert (done.extractor, done.usage["calls"]) == ("offline", 0)
+        repeat = self.run_event(self.event("I love hiking in the Alps."), OfflineExtractor())
+        assert [r["event"] for r in repeat.results] == ["NONE"]
+        assert len(self.memories()) == 1
