@@ -203,6 +203,17 @@ if ENGRAM_EMBEDDER == "openai-compatible" and not ENGRAM_EMBEDDING_URL:
 ENGRAM_MAX_MESSAGE_CHARS = env_int("ENGRAM_MAX_MESSAGE_CHARS", 20_000, minimum=100)
 ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
 
+# --- Extraction (Claude) and the job queue ----------------------------------------------------
+# Without a key, a deterministic offline extractor stands in (see memory/llm.py).
+ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
+ANTHROPIC_BASE_URL = env_optional("ANTHROPIC_BASE_URL")
+ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL", "claude-haiku-5-5")
+ENGRAM_LLM_MAX_TOKENS = env_int("ENGRAM_LLM_MAX_TOKENS", 2048, minimum=256)
+ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
+# Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.
+ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
+ENGRAM_EVENT_MAX_ATTEMPTS = env_int("ENGRAM_EVENT_MAX_ATTEMPTS", 4, minimum=1)
+
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
 LOG_FORMAT = env_choice("ENGRAM_LOG_FORMAT", "json", ("json", "text"))

@@ -6,15 +6,24 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import MemoryHistory
 from memory.embeddings import embed
-from memory.models import SCOPE_FIELDS, Feedback, Memory, MemoryExport, MemoryQuerySet
+from memory.models import (
+    SCOPE_FIELDS,
+    Feedback,
+    Memory,
+    MemoryEvent,
+    MemoryExport,
+    MemoryQuerySet,
+)
+from tenants.db import project_context
 from tenants.models import Project
 
 UNSET: Any = object()  # "not given", as opposed to an explicit null
@@ -256,3 +265,27 @@ def do_create_export(
     return MemoryExport.objects.create(
         project=project, schema=schema, filters=filters, result=result
     )
+
+
+@transaction.atomic
+def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
+    """Record an add request for extraction, and send it to the workers once committed."""
+    from memory.tasks import process_event
+
+    event = MemoryEvent.objects.create(project=project, payload=payload)
+    args = (str(event.id), str(project.pk))
+    transaction.on_commit(lambda: process_event.send(*args))
+    return event
+
+
+def stale_events(now: datetime, pending_for: timedelta) -> list[tuple[str, str]]:
+    """(event id, project id) of events whose message may be lost or whose worker died."""
+    found = []
+    for project_id in Project.objects.values_list("pk", flat=True):
+        with project_context(project_id):
+            stale = MemoryEvent.objects.filter(
+                Q(status=MemoryEvent.Status.PENDING, created_at__lt=now - pending_for)
+                | Q(status=MemoryEvent.Status.RUNNING, lease_until__lt=now)
+            ).values_list("pk", flat=True)
+            found += [(str(pk), str(project_id)) for pk in stale]
+    return found

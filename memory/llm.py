@@ -338,3 +338,19 @@ class OfflineExtractor:
             else:
                 result.decisions.append(Decision("ADD", index, None, fact.text))
         return result, Usage()
+
+
+def get_extractor() -> Extractor:
+    """Claude when ANTHROPIC_API_KEY is set, the offline extractor otherwise."""
+    from django.conf import settings
+
+    if not settings.ANTHROPIC_API_KEY:
+        return OfflineExtractor()
+    return ClaudeExtractor(
+        api_key=settings.ANTHROPIC_API_KEY,
+        base_url=settings.ANTHROPIC_BASE_URL,
+        model=settings.ENGRAM_LLM_MODEL,
+        max_tokens=settings.ENGRAM_LLM_MAX_TOKENS,
+        timeout=settings.ENGRAM_LLM_TIMEOUT,
+        max_retries=settings.ENGRAM_LLM_MAX_RETRIES,
+    )

@@ -273,3 +273,19 @@ def mark_failed(event_id: uuid.UUID, project_id: uuid.UUID, error: str) -> None:
             completed_at=timezone.now(),
             lease_until=None,
         )
+
+
+def release(event_id: uuid.UUID, project_id: uuid.UUID, error: str, max_attempts: int) -> int:
+    """After a failed attempt: back to PENDING for a retry, or FAILED for good. Returns attempts."""
+    with project_context(project_id):
+        event = MemoryEvent.objects.select_for_update().get(pk=event_id)
+        if event.status != MemoryEvent.Status.RUNNING:
+            return event.attempts
+        event.error = error[:5000]
+        event.lease_until = None
+        if event.attempts >= max_attempts:
+            event.status, event.completed_at = MemoryEvent.Status.FAILED, timezone.now()
+        else:
+            event.status = MemoryEvent.Status.PENDING
+        event.save(update_fields=["status", "error", "lease_until", "completed_at"])
+        return event.attempts

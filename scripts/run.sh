@@ -42,6 +42,13 @@ trap 'echo; echo "Stopping…"; stop; exit 0' INT TERM
     --workers "${ENGRAM_WEB_WORKERS:-2}" --threads "${ENGRAM_WEB_THREADS:-1}" --access-logfile - &
 echo $! >> "$PIDS"
 
+# The extraction worker (Dramatiq on the Postgres broker) and the sweeper that re-sends events
+# whose message was lost or whose worker died. More workers: run more of the first command.
+"$BIN/dramatiq" config.worker --processes 1 --threads "${ENGRAM_WORKER_THREADS:-2}" &
+echo $! >> "$PIDS"
+"$BIN/python" manage.py sweep_events --loop 30 -v 0 &
+echo $! >> "$PIDS"
+
 for _ in $(seq 1 50); do
     curl -fsS -o /dev/null "http://127.0.0.1:$PORT/api/schema/" 2>/dev/null && break
     sleep 0.2
@@ -50,9 +57,11 @@ status=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Token $(cat "
     "http://127.0.0.1:$PORT/v1/ping/")
 if [ "$status" = "401" ]; then mint_key; fi
 
+EXTRACTOR="offline extractor (no ANTHROPIC_API_KEY)"
+[ -n "${ANTHROPIC_API_KEY:-}" ] && EXTRACTOR="Claude ${ENGRAM_LLM_MODEL:-claude-haiku-5-5}"
 cat <<MSG
 
-  engram is running.
+  engram is running (web server, extraction worker: $EXTRACTOR).
     API       http://127.0.0.1:$PORT/        (Mem0-compatible; try /v1/ping/)
     API docs  http://127.0.0.1:$PORT/api/docs/
     API key   $(cat "$KEY_FILE")

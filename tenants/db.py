@@ -92,18 +92,22 @@ def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
         return
     append_only = [m._meta.db_table for m in apps.get_models() if getattr(m, "APPEND_ONLY", False)]
     ident = sql.Identifier(role)
-    statements = [
-        sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(ident),
-        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}").format(
-            ident
-        ),
-        sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(ident),
-        *(
-            sql.SQL("REVOKE UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(
-                sql.Identifier(table), ident
-            )
-            for table in append_only
-        ),
+    with connection.cursor() as cursor:
+        # public holds the models; dramatiq the job queue's tables (memory/broker.py).
+        cursor.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname IN ('public', 'dramatiq') "
+            "ORDER BY nspname DESC"
+        )
+        schemas = [sql.Identifier(row[0]) for row in cursor.fetchall()]
+    grants = (
+        "GRANT USAGE ON SCHEMA {} TO {}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}",
+        "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}",
+    )
+    statements = [sql.SQL(g).format(schema, ident) for schema in schemas for g in grants]
+    statements += [
+        sql.SQL("REVOKE UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(sql.Identifier(t), ident)
+        for t in append_only
     ]
     with connection.cursor() as cursor:
         raw = cursor.connection

@@ -9,10 +9,13 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import dramatiq
 import pytest
 from django.conf import settings
 from django.db import connections
 from django.test.utils import setup_databases, teardown_databases
+
+from memory import broker
 
 pytest_plugins = ["tests.fake_anthropic"]  # the fake_claude fixture
 
@@ -46,8 +49,11 @@ def django_db_setup(
         _use_credentials(*owner_credentials)
         db_config = setup_databases(verbosity=verbosity, interactive=False)
         _use_credentials(*app_credentials)
+        # Queue messages go to the test database too (the broker was made at start-up).
+        broker.configure(connections["default"].settings_dict)
     yield
     with django_db_blocker.unblock():
+        dramatiq.get_broker().close()  # its pool holds connections to the test database
         _use_credentials(*owner_credentials)
         teardown_databases(db_config, verbosity=verbosity)
 
@@ -61,13 +67,19 @@ def _app_role() -> None:
 
 
 @pytest.fixture
-def live_api(transactional_db: None, live_server: Any) -> Iterator[str]:
-    """A real HTTP server on this test database; its rows are committed.
+def committed_db(transactional_db: None) -> Iterator[None]:
+    """Rows are really committed (for other processes: a live server, a worker).
 
     Afterwards the tables are emptied with TRUNCATE, which the application role may not do
     (append-only audit tables): the flush that follows this fixture runs as the owner role.
     """
-    yield str(live_server.url)
+    yield
     owner = settings.ENGRAM_DB_OWNER
     if owner:
         _use_credentials(owner["USER"], owner["PASSWORD"])
+
+
+@pytest.fixture
+def live_api(committed_db: None, live_server: Any) -> str:
+    """A real HTTP server on this test database."""
+    return str(live_server.url)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory.actions import Message
@@ -110,6 +111,16 @@ class MessageSerializer(serializers.Serializer[dict[str, Any]]):
         return value
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "object", "properties": {
+                "role": {"type": "string", "enum": list(ROLES)}, "content": {"type": "string"},
+                "name": {"type": "string"}}, "required": ["role", "content"]}},
+        ]
+    }
+)  # fmt: skip
 class MessagesField(serializers.Field):  # type: ignore[type-arg]
     """A list of {role, content}; a string or a single object is accepted like the clients do."""
 
@@ -144,6 +155,10 @@ class AddSerializer(ScopeMixin):
     expiration_date = serializers.DateField(required=False, allow_null=True)
     immutable = serializers.BooleanField(required=False, default=False)
     memory_type = serializers.CharField(required=False, allow_null=True)
+    custom_instructions = serializers.CharField(required=False, allow_blank=True, max_length=20_000)
+    custom_categories = serializers.JSONField(required=False, allow_null=True)
+    includes = serializers.CharField(required=False, allow_blank=True, max_length=5_000)
+    excludes = serializers.CharField(required=False, allow_blank=True, max_length=5_000)
 
     def validate_metadata(self, value: Any) -> dict[str, Any]:
         return validate_metadata(value)
@@ -173,9 +188,41 @@ class AddSerializer(ScopeMixin):
             )
         return attrs
 
+    def event_payload(self, project_instructions: str, project_categories: Any) -> dict[str, Any]:
+        """What a worker needs to process this request later (JSON only)."""
+        data = self.validated_data
+        expiration = data.get("expiration_date")
+        return {
+            "messages": [
+                {"role": m.role, "content": m.content, "name": m.name} for m in data["messages"]
+            ],
+            "scope": self.scope(),
+            "metadata": data.get("metadata") or {},
+            "timestamp": data.get("timestamp"),
+            "expiration_date": expiration.isoformat() if expiration else None,
+            "immutable": data["immutable"],
+            "custom_instructions": data.get("custom_instructions") or project_instructions,
+            "custom_categories": category_names(
+                data.get("custom_categories") or project_categories
+            ),
+            "includes": data.get("includes", ""),
+            "excludes": data.get("excludes", ""),
+        }
+
     def created_at(self) -> datetime | None:
         ts = self.validated_data.get("timestamp")
         return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
+
+
+def category_names(value: Any) -> list[str]:
+    """Mem0 sends categories as names or as [{"name": "description"}]; keep the names."""
+    names: list[str] = []
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, str):
+            names.append(item)
+        elif isinstance(item, dict):
+            names += [str(key) for key in item]
+    return names
 
 
 class SearchSerializer(ScopeMixin):

@@ -19,6 +19,8 @@ urlpatterns = [
     path("v2/entities/<str:entity_type>/<str:name>/", views.delete_entity, name="entity"),
     path("v1/entities/<str:entity_type>/<str:name>/", views.delete_entity, name="entity-v1"),
     path("v1/feedback/", views.feedback, name="feedback"),
+    path("v1/event/<uuid:event_id>/", views.event_detail, name="event"),
+    path("v1/events/", views.event_list, name="events"),
     path("v1/exports/", views.create_export, name="export"),
     path("v1/exports/get/", views.get_export, name="export-get"),
 ]

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Count, Max, Min, Q
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
@@ -20,7 +21,7 @@ from audit.models import MemoryHistory
 from memory import actions
 from memory.api import serializers as s
 from memory.filters import compile_filters, scope_values
-from memory.models import SCOPE_FIELDS, Memory, MemoryExport, MemoryQuerySet
+from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, MemoryExport, MemoryQuerySet
 from tenants.authentication import request_key
 
 ENTITY_TYPES = {"user": "user_id", "agent": "agent_id", "app": "app_id", "run": "run_id"}
@@ -66,7 +67,7 @@ def matching(
     return queryset
 
 
-@extend_schema(request=s.AddSerializer, summary="Add memories")
+@extend_schema(responses=OpenApiTypes.OBJECT, request=s.AddSerializer, summary="Add memories")
 @api_view(["POST"])
 def add_memories(request: Request) -> Response:
     return add(request)
@@ -77,9 +78,7 @@ def add(request: Request) -> Response:
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
     if data["infer"]:
-        raise serializers.ValidationError(
-            {"infer": "extraction (infer=true) is not available yet; send infer=false."}
-        )
+        return queue_add(request, serializer)
     scope = serializer.scope()
     outcome = actions.do_add_messages(
         request_key(request).project,
@@ -104,6 +103,24 @@ def add(request: Request) -> Response:
     if request.path.startswith("/v1/"):
         body["relations"] = []
     return Response(body)
+
+
+def queue_add(request: Request, serializer: s.AddSerializer) -> Response:
+    """infer=true: record the request and answer at once; a worker extracts the facts."""
+    if serializer.validated_data.get("memory_type"):
+        raise serializers.ValidationError(
+            {"memory_type": "procedural_memory extraction is not available yet."}
+        )
+    project = request_key(request).project
+    payload = serializer.event_payload(project.custom_instructions, project.custom_categories)
+    event = actions.do_queue_add(project, payload)
+    note_access(request, scope=payload["scope"], result_count=0)
+    body = {
+        "message": "Memory processing has been queued for background execution",
+        "status": "PENDING",
+        "event_id": str(event.id),
+    }
+    return Response([body] if request.path.startswith("/v1/") else body)
 
 
 def search(request: Request, *, envelope: bool) -> Response:
@@ -133,13 +150,19 @@ def search(request: Request, *, envelope: bool) -> Response:
     return Response({"results": items} if envelope else items)
 
 
-@extend_schema(request=s.SearchSerializer, summary="Search memories (v3)")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, request=s.SearchSerializer, summary="Search memories (v3)"
+)
 @api_view(["POST"])
 def search_v3(request: Request) -> Response:
     return search(request, envelope=True)
 
 
-@extend_schema(request=s.SearchSerializer, summary="Search memories (v1/v2: a bare list)")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    request=s.SearchSerializer,
+    summary="Search memories (v1/v2: a bare list)",
+)
 @api_view(["POST"])
 def search_legacy(request: Request) -> Response:
     return search(request, envelope=False)
@@ -181,6 +204,7 @@ def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Res
 
 
 @extend_schema(
+    responses=OpenApiTypes.OBJECT,
     request=s.ListSerializer,
     parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
     summary="List memories (v3, paginated)",
@@ -190,14 +214,34 @@ def list_v3(request: Request) -> Response:
     return list_memories(request, request.data, paged=True)
 
 
-@extend_schema(request=s.ListSerializer, summary="List memories (v2)")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, request=s.ListSerializer, summary="List memories (v2)"
+)
 @api_view(["POST"])
 def list_v2(request: Request) -> Response:
     paged = "page" in request.query_params or "page_size" in request.query_params
     return list_memories(request, request.data, paged=paged)
 
 
-@extend_schema(summary="Add (POST), list (GET) or delete (DELETE) memories (v1)")
+@extend_schema(
+    methods=["GET"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memories_list",
+    summary="List memories by scope (v1)",
+)
+@extend_schema(
+    methods=["POST"],
+    request=s.AddSerializer,
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memories_add",
+    summary="Add memories (v1)",
+)
+@extend_schema(
+    methods=["DELETE"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memories_delete_all",
+    summary="Delete every memory of a scope (v1)",
+)
 @api_view(["GET", "POST", "DELETE"])
 def memories_v1(request: Request) -> Response:
     if request.method == "POST":
@@ -236,7 +280,25 @@ def delete_all(request: Request) -> Response:
     return Response({"message": "Memories deleted successfully!", "deleted": count})
 
 
-@extend_schema(request=s.UpdateSerializer, summary="Get, update or delete one memory")
+@extend_schema(
+    methods=["GET"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memory_get",
+    summary="Get one memory",
+)
+@extend_schema(
+    methods=["PUT"],
+    request=s.UpdateSerializer,
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memory_update",
+    summary="Update one memory",
+)
+@extend_schema(
+    methods=["DELETE"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memory_delete",
+    summary="Delete one memory",
+)
 @api_view(["GET", "PUT", "DELETE"])
 def memory_detail(request: Request, memory_id: uuid.UUID) -> Response:
     memory = get_memory(request, memory_id)
@@ -286,7 +348,7 @@ def history_data(row: MemoryHistory) -> dict[str, Any]:
     }
 
 
-@extend_schema(summary="History of one memory")
+@extend_schema(responses=OpenApiTypes.OBJECT, summary="History of one memory")
 @api_view(["GET"])
 def memory_history(request: Request, memory_id: uuid.UUID) -> Response:
     if not project_memories(request).filter(pk=memory_id).exists():
@@ -310,7 +372,9 @@ def _batch_memories(request: Request, ids: list[uuid.UUID]) -> dict[uuid.UUID, M
 
 
 @extend_schema(
-    request=s.BatchSerializer, summary="Update or delete up to 1000 memories, all or nothing"
+    responses=OpenApiTypes.OBJECT,
+    request=s.BatchSerializer,
+    summary="Update or delete up to 1000 memories, all or nothing",
 )
 @api_view(["PUT", "DELETE"])
 def batch(request: Request) -> Response:
@@ -334,7 +398,9 @@ def batch(request: Request) -> Response:
     return Response({"message": f"Successfully updated {count} memories"})
 
 
-@extend_schema(summary="Users, agents, apps and runs that have memories")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, summary="Users, agents, apps and runs that have memories"
+)
 @api_view(["GET"])
 def entities(request: Request) -> Response:
     active = project_memories(request).active()
@@ -367,7 +433,10 @@ def entities(request: Request) -> Response:
     )
 
 
-@extend_schema(summary="Delete an entity (all memories of that user, agent, app or run)")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    summary="Delete an entity (all memories of that user, agent, app or run)",
+)
 @api_view(["DELETE"])
 def delete_entity(request: Request, entity_type: str, name: str) -> Response:
     field = ENTITY_TYPES.get(entity_type)
@@ -381,7 +450,9 @@ def delete_entity(request: Request, entity_type: str, name: str) -> Response:
     return Response({"message": f"Entity deleted successfully; {count} memories deleted."})
 
 
-@extend_schema(request=s.FeedbackSerializer, summary="Feedback on a memory")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, request=s.FeedbackSerializer, summary="Feedback on a memory"
+)
 @api_view(["POST"])
 def feedback(request: Request) -> Response:
     serializer = s.FeedbackSerializer(data=request.data)
@@ -397,7 +468,11 @@ def feedback(request: Request) -> Response:
     )
 
 
-@extend_schema(request=s.ExportSerializer, summary="Export the memories matching filters")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    request=s.ExportSerializer,
+    summary="Export the memories matching filters",
+)
 @api_view(["POST"])
 def create_export(request: Request) -> Response:
     serializer = s.ExportSerializer(data=request.data)
@@ -417,7 +492,9 @@ def create_export(request: Request) -> Response:
     )
 
 
-@extend_schema(request=s.ExportGetSerializer, summary="Get a memory export")
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, request=s.ExportGetSerializer, summary="Get a memory export"
+)
 @api_view(["POST"])
 def get_export(request: Request) -> Response:
     serializer = s.ExportGetSerializer(data=request.data)
@@ -442,3 +519,65 @@ def get_export(request: Request) -> Response:
             "results": export.result,
         }
     )
+
+
+def event_data(event: MemoryEvent) -> dict[str, Any]:
+    started, completed = event.started_at, event.completed_at
+    return {
+        "id": str(event.id),
+        "event_type": "ADD",
+        "status": event.status,
+        "payload": event.payload,
+        "metadata": event.payload.get("metadata") or {},
+        "results": event.results,
+        "error": event.error or None,
+        "extractor": event.extractor or None,
+        "attempts": event.attempts,
+        "usage": event.usage,
+        "timings": event.timings,
+        "graph_status": None,
+        "created_at": event.created_at.isoformat(),
+        "updated_at": (completed or started or event.created_at).isoformat(),
+        "started_at": started.isoformat() if started else None,
+        "completed_at": completed.isoformat() if completed else None,
+        "latency": (completed - event.created_at).total_seconds() * 1000 if completed else None,
+    }
+
+
+@extend_schema(responses=OpenApiTypes.OBJECT, summary="Status and results of one add request")
+@api_view(["GET"])
+def event_detail(request: Request, event_id: uuid.UUID) -> Response:
+    event = MemoryEvent.objects.filter(
+        project_id=request_key(request).project_id, pk=event_id
+    ).first()
+    if event is None:
+        raise NotFound()
+    note_access(request, result_count=1)
+    return Response(event_data(event))
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    parameters=[
+        OpenApiParameter("status", str),
+        OpenApiParameter("page", int),
+        OpenApiParameter("page_size", int),
+    ],
+    summary="Add requests, newest first",
+)
+@api_view(["GET"])
+def event_list(request: Request) -> Response:
+    events = MemoryEvent.objects.filter(project_id=request_key(request).project_id)
+    wanted = request.query_params.get("status")
+    if wanted:
+        if wanted.upper() not in MemoryEvent.Status.values:
+            raise serializers.ValidationError(
+                {"status": f"must be one of {', '.join(MemoryEvent.Status.values)}."}
+            )
+        events = events.filter(status=wanted.upper())
+    _positive(request, "page")
+    _positive(request, "page_size", MemoryPagination.max_page_size)
+    paginator = MemoryPagination()
+    page = paginator.paginate_queryset(events.order_by("-created_at", "-id"), request) or []
+    note_access(request, result_count=len(page))
+    return paginator.get_paginated_response([event_data(e) for e in page])

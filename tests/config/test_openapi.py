@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+from io import StringIO
+
+from django.core.management import call_command
 from django.test import TestCase
 
 
 class OpenApiTestCase(TestCase):
+    def test_it_generates_a_valid_schema_without_warnings(self) -> None:
+        call_command("spectacular", "--validate", "--fail-on-warn", stdout=StringIO())
+
     def test_it_serves_the_schema_with_the_ping_path(self) -> None:
         response = self.client.get("/api/schema/", HTTP_ACCEPT="application/json")
         assert response.status_code == 200

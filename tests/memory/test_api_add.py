@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.models import MemoryHistory
-from memory.models import Memory
+from memory.models import Memory, MemoryEvent
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import auth
@@ -123,10 +123,37 @@ class AddTestCase(BaseTestCase):
             assert response.json()["detail"], body
         assert self.stored() == []
 
-    def test_it_refuses_inference_until_extraction_exists(self) -> None:
-        response = self.add({"messages": "I like tea", "user_id": "alice", "infer": True})
+    def test_it_queues_inference_for_a_worker(self) -> None:
+        with self.captureOnCommitCallbacks(execute=False) as callbacks:
+            response = self.add({"messages": "I like tea", "user_id": "alice", "infer": True})
+        body = response.json()
+        assert (response.status_code, body["status"]) == (200, "PENDING")
+        with project_context(self.alice.key.project_id):
+            event = MemoryEvent.objects.get(pk=body["event_id"])
+        assert event.status == "PENDING"
+        assert event.payload["messages"] == [{"role": "user", "content": "I like tea", "name": ""}]
+        assert event.payload["scope"]["user_id"] == "alice"
+        assert len(callbacks) == 1  # the message is sent only once the request commits
+        assert self.stored() == []  # nothing extracted on the request path
+
+    def test_it_answers_the_legacy_v1_queue_shape(self) -> None:
+        response = self.add(
+            {"messages": "I like tea", "user_id": "alice", "infer": True}, path="/v1/memories/"
+        )
+        [body] = response.json()
+        assert body["status"] == "PENDING"
+
+    def test_it_refuses_procedural_memory_until_it_exists(self) -> None:
+        body = {
+            "messages": "step 1",
+            "agent_id": "bot",
+            "infer": True,
+            "memory_type": "procedural_memory",
+        }
+        response = self.add(body)
         assert response.status_code == 400
-        assert "infer" in response.json()["detail"]
+        with project_context(self.alice.key.project_id):
+            assert not MemoryEvent.objects.exists()
 
     def test_it_refuses_too_many_messages(self) -> None:
         messages = [{"role": "user", "content": f"m{i}"} for i in range(501)]
