@@ -164,9 +164,12 @@ def apply(run: Run, prepared: Prepared, decisions: Sequence[Decision], rejected:
             {"id": str(m.id), "memory": m.text, "event": "NONE"}
             for m in prepared.duplicates.values()
         ]
+        # Only memories still active: a concurrent event may have superseded one meanwhile
+        # (the lock waits for it, then the state is checked again), so nothing is lost.
         targets = {
             m.pk: m
             for m in Memory.objects.light()
+            .active()
             .select_for_update()
             .filter(pk__in=[d.memory_id for d in decisions if d.memory_id])
         }
