@@ -154,8 +154,13 @@ def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact])
 
 def apply(run: Run, prepared: Prepared, decisions: Sequence[Decision], rejected: list[str]) -> None:
     """Apply every decision and finish the event, in one transaction, or nothing at all."""
-    texts = [d.text for d in decisions if d.event in ("ADD", "UPDATE")]
-    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    # Most decisions keep the candidate's text, whose vector is known; embed only new wording.
+    vectors: dict[str, Any] = dict(
+        zip((f.text for f in prepared.facts), prepared.vectors, strict=True)
+    )
+    texts = [d.text for d in decisions if d.event in ("ADD", "UPDATE") and d.text not in vectors]
+    if texts:
+        vectors.update(zip(texts, embed(texts), strict=True))
     with project_context(run.project_id):
         event = MemoryEvent.objects.select_for_update().get(pk=run.event_id)
         if event.status != MemoryEvent.Status.RUNNING:

@@ -41,6 +41,9 @@ class FakeClaude:
 def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes; without this, Nagle's algorithm and the
+        # client's delayed ACK add tens of milliseconds to every reply.
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
