@@ -99,6 +99,10 @@ class Extractor(Protocol):
         self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
     ) -> tuple[Decisions, Usage]: ...
 
+    def procedure(self, context: Context) -> tuple[str, Usage]:
+        """One step-by-step summary of what the agent did (procedural memory)."""
+        ...
+
 
 # --- Claude ---------------------------------------------------------------------------------
 
@@ -125,11 +129,25 @@ class _Decisions(BaseModel):
     decisions: list[_DecisionOut]
 
 
+class _Procedure(BaseModel):
+    summary: str = Field(min_length=1, max_length=20_000)
+
+
 EXTRACT_TOOL: ToolParam = {
     "name": "record_facts",
     "description": "Record the durable facts worth remembering from the new messages.",
     "input_schema": _Facts.model_json_schema(),
 }
+PROCEDURE_TOOL: ToolParam = {
+    "name": "record_procedure",
+    "description": "Record the step-by-step summary of the agent's work.",
+    "input_schema": _Procedure.model_json_schema(),
+}
+PROCEDURE_SYSTEM = (
+    "Summarise the agent's execution history below as its procedural memory: every step it "
+    "took, in order, with the action, its key inputs and the result it observed, verbatim "
+    "where exact values matter (ids, numbers, commands, errors). End with the overall outcome."
+)
 DECIDE_TOOL: ToolParam = {
     "name": "record_decisions",
     "description": "For each candidate fact, decide ADD, UPDATE, DELETE or NONE.",
@@ -239,6 +257,17 @@ class ClaudeExtractor:
             raise ModelOutputError(f"record_decisions input is malformed: {exc}") from None
         return map_decisions(parsed.decisions, facts, shown), usage
 
+    def procedure(self, context: Context) -> tuple[str, Usage]:
+        return _claude_procedure(self, context)
+
+
+def _claude_procedure(extractor: ClaudeExtractor, context: Context) -> tuple[str, Usage]:
+    data, usage = extractor._call(PROCEDURE_SYSTEM, extraction_prompt(context), PROCEDURE_TOOL)
+    try:
+        return _Procedure.model_validate(data).summary.strip(), usage
+    except ValidationError as exc:
+        raise ModelOutputError(f"record_procedure input is malformed: {exc}") from None
+
 
 def map_decisions(
     raw: Sequence[_DecisionOut], facts: Sequence[Fact], shown: dict[str, uuid.UUID]
@@ -301,6 +330,7 @@ class OfflineExtractor:
     sentence by sentence, verbatim; drops greetings, questions and fragments under three words;
     treats a statement as known (NONE) when an existing memory is at least 0.9 similar; and
     otherwise ADDs. It never updates or deletes, resolves no dates and assigns no categories.
+    A procedural memory is the numbered transcript of the messages.
     """
 
     name = "offline"
@@ -338,6 +368,11 @@ class OfflineExtractor:
             else:
                 result.decisions.append(Decision("ADD", index, None, fact.text))
         return result, Usage()
+
+    def procedure(self, context: Context) -> tuple[str, Usage]:
+        """The transcript itself, step by step: no summarising without a model."""
+        steps = [f"{n}. {t.role}: {t.content}" for n, t in enumerate(context.new_messages, 1)]
+        return "\n".join(steps), Usage()
 
 
 def get_extractor() -> Extractor:

@@ -73,6 +73,9 @@ def process_event(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extract
         event = MemoryEvent.objects.get(pk=event_id)
         scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
         context = build_context(event, scope)
+    if event.payload.get("memory_type") == "procedural_memory":
+        store_procedure(event, scope, context, extractor, started)
+        return
     try:
         facts, usage = extractor.extract(context)
         prepared = prepare(project_id, scope, facts)
@@ -95,6 +98,27 @@ def process_event(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extract
     rejected = decisions.rejected if decisions else []
     run = Run(event_id, project_id, scope, started, usage, extractor.name)
     apply(run, prepared, chosen, rejected)
+
+
+def store_procedure(
+    event: MemoryEvent,
+    scope: dict[str, Any],
+    context: Context,
+    extractor: Extractor,
+    started: float,
+) -> None:
+    """Procedural memory: one summary of the agent's steps, stored as one memory (as Mem0)."""
+    try:
+        summary, usage = extractor.procedure(context)
+    except ModelOutputError as exc:
+        mark_failed(event.id, event.project_id, str(exc))
+        return
+    fact = Fact(summary, None, 1.0, tuple(t.position for t in context.new_messages))
+    decision = Decision("ADD", 0, None, summary)
+    metadata = {**(event.payload.get("metadata") or {}), "memory_type": "procedural_memory"}
+    prepared = Prepared([fact], embed([summary]), {}, [[]])
+    run = Run(event.id, event.project_id, scope, started, usage, extractor.name)
+    apply(run, prepared, [decision], [], metadata=metadata)
 
 
 def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
@@ -152,7 +176,13 @@ def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact])
     return Prepared(list(facts), vectors, duplicates, neighbours)
 
 
-def apply(run: Run, prepared: Prepared, decisions: Sequence[Decision], rejected: list[str]) -> None:
+def apply(
+    run: Run,
+    prepared: Prepared,
+    decisions: Sequence[Decision],
+    rejected: list[str],
+    metadata: dict[str, Any] | None = None,
+) -> None:
     """Apply every decision and finish the event, in one transaction, or nothing at all."""
     # Most decisions keep the candidate's text, whose vector is known; embed only new wording.
     vectors: dict[str, Any] = dict(
@@ -182,6 +212,7 @@ def apply(run: Run, prepared: Prepared, decisions: Sequence[Decision], rejected:
             outcome = _apply_one(
                 event, decision, fact=prepared.facts[decision.fact], scope=run.scope,
                 targets=targets, vectors=vectors,
+                metadata=event.payload.get("metadata") or {} if metadata is None else metadata,
             )  # fmt: skip
             if isinstance(outcome, str):
                 rejected.append(outcome)
@@ -207,6 +238,7 @@ def _apply_one(
     scope: dict[str, Any],
     targets: dict[uuid.UUID, Memory],
     vectors: dict[str, Any],
+    metadata: dict[str, Any],
 ) -> dict[str, Any] | str | None:
     """Apply one decision; return its result, None for NONE, or why it was refused."""
     actor = f"extractor:{event.id}"
@@ -234,7 +266,7 @@ def _apply_one(
             ]
         )
         return {"id": str(target.id), "memory": target.text, "event": "DELETE"}
-    memory = _new_memory(event, scope, fact, decision.text, vectors[decision.text])
+    memory = _new_memory(event, scope, fact, decision.text, vectors[decision.text], metadata)
     MemoryHistory.objects.bulk_create(
         [_history(memory, MemoryHistory.Event.ADD, old=None, actor=actor, event_id=event.id)]
     )
@@ -253,8 +285,13 @@ def _apply_one(
     return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}
 
 
-def _new_memory(
-    event: MemoryEvent, scope: dict[str, Any], fact: Fact, text: str, vector: Any
+def _new_memory(  # noqa: PLR0917 - one private call site
+    event: MemoryEvent,
+    scope: dict[str, Any],
+    fact: Fact,
+    text: str,
+    vector: Any,
+    metadata: dict[str, Any],
 ) -> Memory:
     moment = timezone.now()
     return Memory.objects.create(
@@ -262,7 +299,7 @@ def _new_memory(
         text=text,
         hash=content_hash(text),
         embedding=vector,
-        metadata=event.payload.get("metadata") or {},
+        metadata=metadata,
         categories=[fact.category.lower()] if fact.category else [],
         created_at=moment,
         updated_at=moment,

@@ -181,6 +181,10 @@ class AddSerializer(ScopeMixin):
             raise serializers.ValidationError(
                 "Give at least one of user_id, agent_id, app_id, run_id (top-level or in filters)."
             )
+        if attrs.get("memory_type") and not scope.get("agent_id"):
+            raise serializers.ValidationError(
+                {"memory_type": "procedural_memory summarises an agent's steps: give agent_id."}
+            )
         wildcard = [field for field, value in scope.items() if value == "*"]
         if wildcard:
             raise serializers.ValidationError(
@@ -207,6 +211,7 @@ class AddSerializer(ScopeMixin):
             ),
             "includes": data.get("includes", ""),
             "excludes": data.get("excludes", ""),
+            "memory_type": data.get("memory_type"),
         }
 
     def created_at(self) -> datetime | None:

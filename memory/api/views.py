@@ -107,10 +107,6 @@ def add(request: Request) -> Response:
 
 def queue_add(request: Request, serializer: s.AddSerializer) -> Response:
     """infer=true: record the request and answer at once; a worker extracts the facts."""
-    if serializer.validated_data.get("memory_type"):
-        raise serializers.ValidationError(
-            {"memory_type": "procedural_memory extraction is not available yet."}
-        )
     project = request_key(request).project
     payload = serializer.event_payload(project.custom_instructions, project.custom_categories)
     event = actions.do_queue_add(project, payload)

@@ -143,17 +143,16 @@ class AddTestCase(BaseTestCase):
         [body] = response.json()
         assert body["status"] == "PENDING"
 
-    def test_it_refuses_procedural_memory_until_it_exists(self) -> None:
-        body = {
-            "messages": "step 1",
-            "agent_id": "bot",
-            "infer": True,
-            "memory_type": "procedural_memory",
-        }
-        response = self.add(body)
-        assert response.status_code == 400
+    def test_it_queues_procedural_memory_for_an_agent_only(self) -> None:
+        body = {"messages": "step 1", "infer": True, "memory_type": "procedural_memory"}
+        refused = self.add({**body, "user_id": "alice"})
+        assert refused.status_code == 400
+        assert "agent_id" in refused.json()["detail"]
+        with self.captureOnCommitCallbacks(execute=False):
+            queued = self.add({**body, "agent_id": "bot"})
         with project_context(self.alice.key.project_id):
-            assert not MemoryEvent.objects.exists()
+            event = MemoryEvent.objects.get(pk=queued.json()["event_id"])
+        assert event.payload["memory_type"] == "procedural_memory"
 
     def test_it_refuses_too_many_messages(self) -> None:
         messages = [{"role": "user", "content": f"m{i}"} for i in range(501)]

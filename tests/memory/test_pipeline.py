@@ -159,3 +159,35 @@ class PipelineTestCase(BaseTestCase):
         repeat = self.run_event(self.event("I love hiking in the Alps."), OfflineExtractor())
         assert [r["event"] for r in repeat.results] == ["NONE"]
         assert len(self.memories()) == 1
+
+    def procedural_event(self) -> MemoryEvent:
+        messages = [
+            {"role": "user", "content": "Book a table for two at Nopa tonight"},
+            {
+                "role": "assistant",
+                "content": "Called search_restaurants(Nopa): table free at 19:30",
+            },
+            {"role": "assistant", "content": "Called book(Nopa, 19:30, 2): confirmation A12"},
+        ]
+        scope = {"user_id": None, "agent_id": "bot", "app_id": None, "run_id": None}
+        payload = {"messages": messages, "scope": scope, "memory_type": "procedural_memory"}
+        with project_context(self.project.pk):
+            return MemoryEvent.objects.create(project=self.project, payload=payload)
+
+    def test_it_stores_one_procedural_summary_for_an_agent(self) -> None:
+        summary = "1. Searched Nopa: 19:30 free. 2. Booked 19:30 for 2: confirmation A12."
+        self.fake.script(Reply({"summary": summary}))
+        done = self.run_event(self.procedural_event())
+        [memory] = self.memories()
+        assert (memory.text, memory.agent_id, memory.user_id) == (summary, "bot", None)
+        assert memory.metadata == {"memory_type": "procedural_memory"}
+        assert self.fake.requests[0]["body"]["tool_choice"]["name"] == "record_procedure"
+        assert [r["event"] for r in done.results] == ["ADD"]
+
+    def test_it_keeps_the_transcript_as_procedure_offline(self) -> None:
+        self.run_event(self.procedural_event(), OfflineExtractor())
+        [memory] = self.memories()
+        assert (
+            memory.text.splitlines()[2]
+            == "3. assistant: Called book(Nopa, 19:30, 2): confirmation A12"
+        )
