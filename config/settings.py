@@ -213,6 +213,8 @@ ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.
 ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
 ENGRAM_EVENT_MAX_ATTEMPTS = env_int("ENGRAM_EVENT_MAX_ATTEMPTS", 4, minimum=1)
+# A worker holds an event this long; after that the sweeper may give it to another worker.
+ENGRAM_EVENT_LEASE_SECONDS = env_int("ENGRAM_EVENT_LEASE_SECONDS", 300, minimum=1)
 
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 from pgvector.django import CosineDistance
@@ -26,7 +27,6 @@ from memory.llm import Context, Decision, Existing, Extractor, Fact, ModelOutput
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent
 from tenants.db import project_context
 
-LEASE = timedelta(minutes=5)
 NEIGHBOURS = 5  # existing memories shown to the model per candidate fact
 RECENT_TURNS = 10
 
@@ -59,7 +59,7 @@ def claim(event_id: uuid.UUID) -> bool:
         MemoryEvent.objects.filter(claimable, pk=event_id).update(
             status=MemoryEvent.Status.RUNNING,
             attempts=F("attempts") + 1,
-            lease_until=now + LEASE,
+            lease_until=now + timedelta(seconds=settings.ENGRAM_EVENT_LEASE_SECONDS),
             started_at=now,
         )
     )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,9 +19,11 @@ from django.utils import timezone
 
 from memory.actions import stale_events
 from memory.models import Memory, MemoryEvent
+from memory.tasks import process_event
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import auth, make_key
+from tests.fake_anthropic import FakeClaude, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,18 +84,39 @@ def database_url() -> str:
     return f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
-@pytest.fixture
-def worker(committed_db: None) -> Any:
-    """A real `dramatiq config.worker` process on the test database (offline extractor)."""
-    env = {**os.environ, "DATABASE_URL": database_url(), "ENGRAM_LOG_LEVEL": "WARNING"}
-    env.pop("ANTHROPIC_API_KEY", None)
-    process = subprocess.Popen(
+def start_worker(**extra_env: str) -> subprocess.Popen[str]:
+    """A real `dramatiq config.worker` process on the test database."""
+    env = {**os.environ, "DATABASE_URL": database_url(), "ENGRAM_LOG_LEVEL": "WARNING", **extra_env}
+    if "ANTHROPIC_API_KEY" not in extra_env:
+        env.pop("ANTHROPIC_API_KEY", None)  # the offline extractor
+    # A session of its own: the dramatiq CLI forks worker processes, and stop() signals them all.
+    return subprocess.Popen(
         [sys.executable, "-m", "dramatiq", "config.worker", "--processes", "1", "--threads", "1"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
     )  # fmt: skip
-    yield process
-    process.terminate()
+
+
+def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
     process.wait(timeout=30)
+
+
+@pytest.fixture
+def worker(committed_db: None) -> Iterator[subprocess.Popen[str]]:
+    process = start_worker()
+    yield process
+    stop(process)
+
+
+def wait_for(predicate: Callable[[], bool], seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def test_it_processes_an_add_request_end_to_end(worker: Any, client: Any) -> None:
@@ -110,3 +136,43 @@ def test_it_processes_an_add_request_end_to_end(worker: Any, client: Any) -> Non
     assert (event["extractor"], [r["event"] for r in event["results"]]) == ("offline", ["ADD"])
     with project_context(key.key.project_id):
         assert list(Memory.objects.values_list("text", flat=True)) == ["I love hiking in the Alps."]
+
+
+def test_it_reruns_the_event_of_a_killed_worker_once(
+    committed_db: None, fake_claude: FakeClaude, client: Any
+) -> None:
+    fact = Reply({"facts": [{"text": "User likes tea", "confidence": 1, "positions": [0]}]})
+    add = Reply({"decisions": [{"fact": 0, "event": "ADD", "text": "User likes tea"}]})
+    slow = Reply(fact.tool_input, delay=10)
+    fake_claude.script(slow, fact, add)
+    claude = {"ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": fake_claude.url,
+              "ENGRAM_EVENT_LEASE_SECONDS": "2", "ENGRAM_LLM_MAX_RETRIES": "0"}  # fmt: skip
+    key = make_key("acme", "killed-worker")
+    body = {"messages": "I like tea", "user_id": "alice"}
+    event_id = client.post(
+        "/v3/memories/add/", body, content_type="application/json", headers=auth(key.raw)
+    ).json()["event_id"]
+
+    def status() -> str:
+        with project_context(key.key.project_id):
+            return str(MemoryEvent.objects.get(pk=event_id).status)
+
+    first = start_worker(**claude)
+    try:
+        assert wait_for(lambda: len(fake_claude.requests) == 1), "the worker never called the model"
+    finally:
+        stop(first, signal.SIGKILL)  # mid-event: the model has not answered yet
+    assert status() == "RUNNING"
+    time.sleep(2.5)  # the lease runs out
+    stale = stale_events(timezone.now(), timedelta(minutes=1))
+    assert [e for e, _ in stale] == [event_id]
+    second = start_worker(**claude)
+    try:
+        for stale_id, project_id in stale:
+            process_event.send(stale_id, project_id)
+        assert wait_for(lambda: status() == "SUCCEEDED"), status()
+    finally:
+        stop(second)
+    with project_context(key.key.project_id):
+        assert list(Memory.objects.values_list("text", flat=True)) == ["User likes tea"]
+        assert MemoryEvent.objects.get(pk=event_id).attempts == 2
