@@ -103,6 +103,10 @@ class Extractor(Protocol):
         """One step-by-step summary of what the agent did (procedural memory)."""
         ...
 
+    def summarize(self, previous: str, turns: Sequence[Turn]) -> tuple[str | None, Usage]:
+        """The scope's running summary with `turns` folded in; None keeps none."""
+        ...
+
 
 # --- Claude ---------------------------------------------------------------------------------
 
@@ -138,6 +142,22 @@ EXTRACT_TOOL: ToolParam = {
     "description": "Record the durable facts worth remembering from the new messages.",
     "input_schema": _Facts.model_json_schema(),
 }
+
+
+class _Summary(BaseModel):
+    summary: str = Field(max_length=8_000)
+
+
+SUMMARY_TOOL: ToolParam = {
+    "name": "record_summary",
+    "description": "Record the updated running summary of the conversation.",
+    "input_schema": _Summary.model_json_schema(),
+}
+SUMMARY_SYSTEM = (
+    "Maintain a concise running summary (at most about 200 words) of a long conversation: who "
+    "the participants are, what matters to them, open threads and plans. Fold the new messages "
+    "into the previous summary; drop what is no longer true."
+)
 PROCEDURE_TOOL: ToolParam = {
     "name": "record_procedure",
     "description": "Record the step-by-step summary of the agent's work.",
@@ -260,6 +280,16 @@ class ClaudeExtractor:
     def procedure(self, context: Context) -> tuple[str, Usage]:
         return _claude_procedure(self, context)
 
+    def summarize(self, previous: str, turns: Sequence[Turn]) -> tuple[str | None, Usage]:
+        prompt = (
+            f"## Previous summary\n{previous or '(none yet)'}\n\n## New messages\n{_turns(turns)}"
+        )
+        data, usage = self._call(SUMMARY_SYSTEM, prompt, SUMMARY_TOOL)
+        try:
+            return _Summary.model_validate(data).summary.strip(), usage
+        except ValidationError as exc:
+            raise ModelOutputError(f"record_summary input is malformed: {exc}") from None
+
 
 def _claude_procedure(extractor: ClaudeExtractor, context: Context) -> tuple[str, Usage]:
     data, usage = extractor._call(PROCEDURE_SYSTEM, extraction_prompt(context), PROCEDURE_TOOL)
@@ -330,7 +360,7 @@ class OfflineExtractor:
     sentence by sentence, verbatim; drops greetings, questions and fragments under three words;
     treats a statement as known (NONE) when an existing memory is at least 0.9 similar; and
     otherwise ADDs. It never updates or deletes, resolves no dates and assigns no categories.
-    A procedural memory is the numbered transcript of the messages.
+    A procedural memory is the numbered transcript of the messages. It keeps no running summary.
     """
 
     name = "offline"
@@ -368,6 +398,9 @@ class OfflineExtractor:
             else:
                 result.decisions.append(Decision("ADD", index, None, fact.text))
         return result, Usage()
+
+    def summarize(self, previous: str, turns: Sequence[Turn]) -> tuple[str | None, Usage]:
+        return None, Usage()  # no summary without a model
 
     def procedure(self, context: Context) -> tuple[str, Usage]:
         """The transcript itself, step by step: no summarising without a model."""

@@ -231,3 +231,31 @@ class MemoryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.status} {self.id}"
+
+
+class ScopeSummary(models.Model):
+    """The running summary of one scope's conversation, context for the next extraction.
+
+    Kept up to date asynchronously, after each processed add request (memory.tasks).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    user_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    agent_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    app_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    run_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    text = models.TextField(blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["project", *SCOPE_FIELDS],
+                name="one_summary_per_scope",
+                nulls_distinct=False,
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:80]

@@ -16,15 +16,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from audit.models import MemoryHistory
+from memory import tasks
 from memory.actions import _history, content_hash, structured_attributes
 from memory.embeddings import Vectors, embed
 from memory.llm import Context, Decision, Existing, Extractor, Fact, ModelOutputError, Turn, Usage
-from memory.models import SCOPE_FIELDS, Memory, MemoryEvent
+from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary
 from tenants.db import project_context
 
 NEIGHBOURS = 5  # existing memories shown to the model per candidate fact
@@ -138,9 +140,13 @@ def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
     observed_on = (
         datetime.fromtimestamp(observed, tz=UTC).date() if observed else event.created_at.date()
     )
+    summary = ScopeSummary.objects.filter(
+        project_id=event.project_id, **scope_lookup(scope)
+    ).first()
     return Context(
         new_messages=new,
         observed_on=observed_on,
+        summary=summary.text if summary else "",
         recent_messages=recent[-RECENT_TURNS:],
         custom_instructions=payload.get("custom_instructions") or "",
         categories=payload.get("custom_categories") or (),
@@ -150,10 +156,16 @@ def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
     )
 
 
+def scope_lookup(scope: dict[str, Any]) -> dict[str, Any]:
+    """ORM lookups for exactly this scope (a missing id must be NULL, not anything)."""
+    return {
+        f if v is not None else f"{f}__isnull": v if v is not None else True
+        for f, v in scope.items()
+    }
+
+
 def scope_memories(project_id: uuid.UUID, scope: dict[str, Any]) -> Any:
-    filters = {f: v for f, v in scope.items() if v is not None}
-    nulls = {f"{f}__isnull": True for f, v in scope.items() if v is None}
-    return Memory.objects.for_project(project_id).active().filter(**filters, **nulls)
+    return Memory.objects.for_project(project_id).active().filter(**scope_lookup(scope))
 
 
 def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact]) -> Prepared:
@@ -228,6 +240,9 @@ def apply(
         event.lease_until = None
         event.timings = {"total_ms": round((time.perf_counter() - run.started) * 1000, 1)}
         event.save()
+        # The running summary is refreshed off the extraction path, once this has committed.
+        args = (str(run.event_id), str(run.project_id))
+        transaction.on_commit(lambda: tasks.refresh_summary.send(*args))
 
 
 def _apply_one(
@@ -334,3 +349,19 @@ def release(event_id: uuid.UUID, project_id: uuid.UUID, error: str, max_attempts
             event.status = MemoryEvent.Status.PENDING
         event.save(update_fields=["status", "error", "lease_until", "completed_at"])
         return event.attempts
+
+
+def refresh_summary(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> None:
+    """Fold a processed request's messages into its scope's running summary."""
+    with project_context(project_id):
+        event = MemoryEvent.objects.get(pk=event_id)
+        scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
+        current = ScopeSummary.objects.filter(project_id=project_id, **scope_lookup(scope)).first()
+    turns = [Turn(i, m["role"], m["content"]) for i, m in enumerate(event.payload["messages"])]
+    text, _ = extractor.summarize(current.text if current else "", turns)
+    if text is None:
+        return
+    with project_context(project_id):
+        ScopeSummary.objects.update_or_create(
+            project_id=project_id, **scope, defaults={"text": text}
+        )

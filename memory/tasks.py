@@ -33,3 +33,9 @@ def process_event(event_id: str, project_id: str) -> None:
             process_event.send_with_options(args=(event_id, project_id), delay=delay)
         else:
             logger.exception("event %s failed for good after %s attempts", event_id, attempts)
+
+
+@dramatiq.actor(queue_name="summaries", max_retries=3, time_limit=5 * 60 * 1000)
+def refresh_summary(event_id: str, project_id: str) -> None:
+    """Keep the scope's running summary current (context for its next extraction)."""
+    pipeline.refresh_summary(uuid.UUID(event_id), uuid.UUID(project_id), get_extractor())

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from audit.models import MemoryHistory
 from memory.llm import ClaudeExtractor, OfflineExtractor
-from memory.models import Memory, MemoryEvent
-from memory.pipeline import process_event
+from memory.models import Memory, MemoryEvent, ScopeSummary
+from memory.pipeline import process_event, refresh_summary
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts
@@ -191,3 +191,27 @@ class PipelineTestCase(BaseTestCase):
             memory.text.splitlines()[2]
             == "3. assistant: Called book(Nopa, 19:30, 2): confirmation A12"
         )
+
+    def test_it_keeps_a_running_summary_and_uses_it_as_context(self) -> None:
+        first = self.event("I'm planning a trip to Japan in April")
+        trip = "User plans a trip to Japan in April 2027"
+        self.fake.script(
+            facts(trip), add(trip), Reply({"summary": "Alice is planning an April trip to Japan."})
+        )
+        self.run_event(first)
+        refresh_summary(first.id, self.project.pk, self.claude)
+        with project_context(self.project.pk):
+            summary = ScopeSummary.objects.get(user_id="alice", agent_id=None)
+        assert summary.text == "Alice is planning an April trip to Japan."
+        self.fake.script(Reply({"facts": []}))
+        self.run_event(self.event("Tokyo first, then Kyoto"))
+        prompt = self.fake.requests[-1]["body"]["messages"][0]["content"]
+        assert "## Summary so far\nAlice is planning an April trip to Japan." in prompt
+        assert "I'm planning a trip to Japan in April" in prompt  # recent messages too
+
+    def test_it_keeps_no_summary_offline(self) -> None:
+        event = self.event("I like tea")
+        self.run_event(event, OfflineExtractor())
+        refresh_summary(event.id, self.project.pk, OfflineExtractor())
+        with project_context(self.project.pk):
+            assert not ScopeSummary.objects.exists()

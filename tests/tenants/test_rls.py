@@ -10,7 +10,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from audit.models import AccessLog, MemoryHistory
-from memory.models import Feedback, MemoryEvent, MemoryExport
+from memory.models import Feedback, MemoryEvent, MemoryExport, ScopeSummary
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory
@@ -38,6 +38,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_memoryevent": lambda project_id: MemoryEvent.objects.create(
         project_id=project_id, payload={"messages": []}
+    ),
+    "memory_scopesummary": lambda project_id: ScopeSummary.objects.create(
+        project_id=project_id, user_id="alice", text="x"
     ),
 }
 
