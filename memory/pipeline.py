@@ -33,6 +33,14 @@ NEIGHBOURS = 5  # existing memories shown to the model per candidate fact
 RECENT_TURNS = 10
 
 
+class StaleDecisionError(RuntimeError):
+    """A decision names a memory that a concurrent event has since superseded or deleted.
+
+    Nothing of the event is applied (the transaction rolls back); the worker retries it, and
+    the retry decides against the memories as they are now, so no update is lost.
+    """
+
+
 @dataclass
 class Run:
     event_id: uuid.UUID
@@ -211,8 +219,8 @@ def apply(
             {"id": str(m.id), "memory": m.text, "event": "NONE"}
             for m in prepared.duplicates.values()
         ]
-        # Only memories still active: a concurrent event may have superseded one meanwhile
-        # (the lock waits for it, then the state is checked again), so nothing is lost.
+        # Only memories still active: a concurrent event may have superseded one meanwhile (the
+        # lock waits for it, then the state is checked again); see StaleDecisionError.
         targets = {
             m.pk: m
             for m in Memory.objects.light()
@@ -259,7 +267,8 @@ def _apply_one(
     actor = f"extractor:{event.id}"
     target = targets.get(decision.memory_id) if decision.memory_id else None
     if decision.event != "ADD" and target is None:
-        return f"{decision.event} of a memory that is no longer active"
+        # Another event changed it since this one decided: decide again on the current state.
+        raise StaleDecisionError(f"{decision.event} of {decision.memory_id}, changed meanwhile")
     if target is not None and target.immutable and decision.event in ("UPDATE", "DELETE"):
         return f"{decision.event} of immutable memory {target.id} refused"
     if decision.event == "NONE":

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,6 +22,9 @@ import pytest
 @dataclass
 class Reply:
     tool_input: dict[str, Any] | None = None
+    # Or compute the tool input from the request body (when several clients share the fake).
+    respond: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    repeat: bool = False  # stay at the head of the script
     status: int = 200
     error_type: str = "api_error"
     delay: float = 0.0
@@ -33,6 +36,7 @@ class FakeClaude:
     url: str = ""
     replies: list[Reply] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -48,14 +52,19 @@ def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-            reply = fake.replies.pop(0) if fake.replies else Reply(status=500)
+            with fake.lock:
+                if not fake.replies:
+                    reply = Reply(status=500)
+                else:
+                    reply = fake.replies[0] if fake.replies[0].repeat else fake.replies.pop(0)
             time.sleep(reply.delay)
             if reply.status != 200:
                 error = {"type": reply.error_type, "message": "scripted failure"}
                 return self._send(reply.status, {"type": "error", "error": error})
             name = (body.get("tool_choice") or {}).get("name")
+            tool_input = reply.respond(body) if reply.respond else reply.tool_input
             content = [{"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
-                        "input": reply.tool_input or {}}]  # fmt: skip
+                        "input": tool_input or {}}]  # fmt: skip
             self._send(200, {
                 "id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
                 "model": body.get("model"), "content": content, "stop_reason": "tool_use",

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -17,12 +18,14 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
+from memory import pipeline
 from memory.actions import stale_events
+from memory.llm import ClaudeExtractor
 from memory.models import Memory, MemoryEvent
 from memory.tasks import process_event
 from tenants.db import project_context
 from tests.base import BaseTestCase
-from tests.factory import auth, make_key
+from tests.factory import add_texts, auth, make_key
 from tests.fake_anthropic import FakeClaude, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,3 +179,63 @@ def test_it_reruns_the_event_of_a_killed_worker_once(
     with project_context(key.key.project_id):
         assert list(Memory.objects.values_list("text", flat=True)) == ["User likes tea"]
         assert MemoryEvent.objects.get(pk=event_id).attempts == 2
+
+
+def location_model(body: dict[str, Any]) -> dict[str, Any]:
+    """A fake Claude for two concurrent events: each moves the user, UPDATE of memory 0."""
+    prompt = body["messages"][0]["content"]
+    city = "SF" if "SF" in prompt.split("## New messages")[-1].split("##")[0] else "LA"
+    if body["tool_choice"]["name"] == "record_facts":
+        return {"facts": [{"text": f"User lives in {city}", "confidence": 1, "positions": [0]}]}
+    time.sleep(0.5)  # both events hold their decision while the other applies
+    candidate = prompt.splitlines()[0].split(": ", 1)[1]
+    return {"decisions": [{"fact": 0, "event": "UPDATE", "id": "0", "text": candidate}]}
+
+
+def test_it_loses_no_update_when_two_events_race(
+    committed_db: None, fake_claude: FakeClaude
+) -> None:
+    fake_claude.script(Reply(respond=location_model, repeat=True))
+    extractor = ClaudeExtractor(api_key="sk-test", base_url=fake_claude.url, model="m",
+                                max_tokens=512, timeout=10, max_retries=0)  # fmt: skip
+    key = make_key("acme", "race")
+    project = key.key.project
+    scope = {"user_id": "alice", "agent_id": None, "app_id": None, "run_id": None}
+    with project_context(project.pk):
+        add_texts(project, ["User lives in NYC"], user_id="alice")
+        events = [
+            MemoryEvent.objects.create(project=project, payload={
+                "messages": [{"role": "user", "content": f"I moved to {city}"}], "scope": scope})
+            for city in ("SF", "LA")
+        ]  # fmt: skip
+    outcomes: dict[Any, str] = {}
+
+    def work(event: MemoryEvent) -> None:
+        try:
+            pipeline.process_event(event.id, project.pk, extractor)
+            outcomes[event.id] = "applied"
+        except pipeline.StaleDecisionError:
+            pipeline.release(event.id, project.pk, "stale", max_attempts=4)
+            outcomes[event.id] = "stale"
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(e,)) for e in events]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes.values()) == ["applied", "stale"]
+    [late] = [e for e in events if outcomes[e.id] == "stale"]
+    pipeline.process_event(late.id, project.pk, extractor)  # the retry decides afresh
+    with project_context(project.pk):
+        active = list(Memory.objects.filter(state="active").values_list("text", flat=True))
+        chain = Memory.objects.filter(state="superseded").count()
+        statuses = set(MemoryEvent.objects.values_list("status", flat=True))
+    assert len(active) == 1 and active[0] in ("User lives in SF", "User lives in LA")
+    assert (
+        f"User lives in {'LA' if 'LA' in late.payload['messages'][0]['content'] else 'SF'}"
+        == active[0]
+    )
+    assert chain == 2  # NYC -> first city -> second city: both updates kept in the chain
+    assert statuses == {"SUCCEEDED"}
