@@ -154,6 +154,20 @@ class AddTestCase(BaseTestCase):
             event = MemoryEvent.objects.get(pk=queued.json()["event_id"])
         assert event.payload["memory_type"] == "procedural_memory"
 
+    def test_it_creates_no_event_for_bad_input(self) -> None:
+        cases: list[dict[str, Any]] = [
+            {"messages": [{"role": "robot", "content": "hi"}], "user_id": "alice"},
+            {"messages": [{"role": "user", "content": ""}], "user_id": "alice"},
+            {"messages": {"text": "not a message"}, "user_id": "alice"},
+            {"messages": "x", "user_id": "alice", "memory_type": "episodic"},
+            {"messages": "x" * 20_001, "user_id": "alice"},
+        ]
+        for body in cases:
+            response = self.add({**body, "infer": True})
+            assert response.status_code == 400, body
+        with project_context(self.alice.key.project_id):
+            assert not MemoryEvent.objects.exists()
+
     def test_it_refuses_too_many_messages(self) -> None:
         messages = [{"role": "user", "content": f"m{i}"} for i in range(501)]
         response = self.add({"messages": messages, "user_id": "alice"})

@@ -215,3 +215,23 @@ class PipelineTestCase(BaseTestCase):
         refresh_summary(event.id, self.project.pk, OfflineExtractor())
         with project_context(self.project.pk):
             assert not ScopeSummary.objects.exists()
+
+    def test_it_puts_instructions_categories_and_filters_into_the_prompt(self) -> None:
+        self.fake.script(Reply({"facts": []}))
+        self.run_event(self.event(
+            "I like tea", custom_instructions="Only food preferences.",
+            custom_categories=["food", "travel"], includes="drinks", excludes="health",
+        ))  # fmt: skip
+        body = self.fake.requests[0]["body"]
+        prompt = body["messages"][0]["content"]
+        assert "## Custom instructions\nOnly food preferences." in prompt
+        assert "## Categories (use one of these)\nfood, travel" in prompt
+        assert "## Only remember\ndrinks" in prompt
+        assert "## Never remember\nhealth" in prompt
+        assert "a user" in body["system"]
+
+    def test_it_extracts_the_agents_facts_for_an_agent_scope(self) -> None:
+        scope = {"user_id": None, "agent_id": "bot", "app_id": None, "run_id": None}
+        self.fake.script(Reply({"facts": []}))
+        self.run_event(self.event("You are terse.", scope=scope))
+        assert "an AI agent" in self.fake.requests[0]["body"]["system"]
