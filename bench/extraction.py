@@ -94,8 +94,14 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
         f"{elapsed:.1f}s = {events / elapsed:.1f} events/s; engram's own time "
         f"{own / events * 1000:.1f} ms/event = {events / own:.1f} events/s excluding model time"
     )
+    sent = sum(
+        len(str(r["body"].get("system", ""))) + len(str(r["body"]["messages"]))
+        for r in fake.requests
+    )
     print(
-        f"model calls per turn: {calls / events:.2f}; tokens per turn (fake usage): {tokens / events:.0f}"
+        f"model calls per turn: {calls / events:.2f} (+1 summary refresh off the path); prompt text "
+        f"sent per turn: {sent / events:.0f} characters, about {sent / events / 4:.0f} input tokens "
+        f"(tool schemas not counted; the fake reports {tokens / events:.0f} tokens of usage)"
     )
     server.shutdown()
 
