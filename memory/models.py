@@ -23,6 +23,22 @@ SCOPE_MAX_LENGTH = 255
 TEXT_SEARCH_CONFIG = "english"
 
 
+class Scoped(models.Model):
+    """The four scope ids of Mem0 (free strings; NULL means "not in such a scope")."""
+
+    user_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    agent_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    app_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+    run_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def scope(self) -> dict[str, str | None]:
+        return {field: getattr(self, field) for field in SCOPE_FIELDS}
+
+
 class MemoryQuerySet(models.QuerySet["Memory"]):
     def for_project(self, project: Project | uuid.UUID) -> MemoryQuerySet:
         project_id = project.pk if isinstance(project, Project) else project
@@ -57,7 +73,7 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         )
 
 
-class Memory(models.Model):
+class Memory(Scoped):
     class State(models.TextChoices):
         ACTIVE = "active"
         SUPERSEDED = "superseded"
@@ -65,10 +81,6 @@ class Memory(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memories")
-    user_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
-    agent_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
-    app_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
-    run_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
 
     text = models.TextField()
     # SHA-256 of the text: exact duplicates in a scope are found by index, not by comparing text.
@@ -153,10 +165,6 @@ class Memory(models.Model):
     def __str__(self) -> str:
         return self.text[:80]
 
-    @property
-    def scope(self) -> dict[str, str | None]:
-        return {field: getattr(self, field) for field in SCOPE_FIELDS}
-
 
 class Feedback(models.Model):
     class Kind(models.TextChoices):
@@ -233,7 +241,7 @@ class MemoryEvent(models.Model):
         return f"{self.status} {self.id}"
 
 
-class ScopeSummary(models.Model):
+class ScopeSummary(Scoped):
     """The running summary of one scope's conversation, context for the next extraction.
 
     Kept up to date asynchronously, after each processed add request (memory.tasks).
@@ -241,10 +249,6 @@ class ScopeSummary(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    user_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
-    agent_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
-    app_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
-    run_id = models.CharField(max_length=SCOPE_MAX_LENGTH, null=True, blank=True)
     text = models.TextField(blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -124,4 +124,6 @@ def _memory(row: tuple[Any, ...]) -> Memory:
             values[name] = json.loads(values[name])
     for name in TEXT_TIMESTAMPS:
         values[name] = datetime.fromisoformat(values[name])
-    return Memory.from_db("default", FIELD_NAMES, [values[name] for name in FIELD_NAMES])
+    # from_db() takes a subset of columns in the model's own field order.
+    names = [f.attname for f in Memory._meta.concrete_fields if f.attname in values]
+    return Memory.from_db("default", names, [values[name] for name in names])
