@@ -272,7 +272,7 @@ def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
     """Record an add request for extraction, and send it to the workers once committed."""
     from memory.tasks import process_event
 
-    event = MemoryEvent.objects.create(project=project, payload=payload)
+    event = MemoryEvent.objects.create(project=project, payload=payload, **payload["scope"])
     args = (str(event.id), str(project.pk))
     transaction.on_commit(lambda: process_event.send(*args))
     return event

@@ -197,7 +197,7 @@ class MemoryExport(models.Model):
         return f"export {self.id}"
 
 
-class MemoryEvent(models.Model):
+class MemoryEvent(Scoped):
     """The durable record of one asynchronous add request (the outbox the workers drain).
 
     PENDING -> RUNNING (claimed with a lease) -> SUCCEEDED | FAILED. Processing is idempotent:
@@ -230,6 +230,8 @@ class MemoryEvent(models.Model):
     class Meta:
         indexes: ClassVar = [
             models.Index(fields=["project", "status", "created_at"], name="event_project_status"),
+            # The scope's earlier requests are the next extraction's "recent messages".
+            models.Index(fields=["project", "user_id", "created_at"], name="event_user_scope"),
             models.Index(
                 fields=["lease_until"],
                 name="event_running_lease",

@@ -134,13 +134,9 @@ def store_procedure(
 def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
     payload = event.payload
     new = [Turn(i, m["role"], m["content"]) for i, m in enumerate(payload["messages"])]
-    earlier = (
-        MemoryEvent.objects.filter(
-            status=MemoryEvent.Status.SUCCEEDED, created_at__lt=event.created_at
-        )
-        .filter(**{f"payload__scope__{f}": v for f, v in scope.items()})
-        .order_by("-created_at")[:3]
-    )
+    earlier = MemoryEvent.objects.filter(
+        status=MemoryEvent.Status.SUCCEEDED, created_at__lt=event.created_at, **scope_lookup(scope)
+    ).order_by("-created_at")[:3]
     recent: list[Turn] = []
     for previous in earlier:
         recent = [Turn(-1, m["role"], m["content"]) for m in previous.payload["messages"]] + recent
@@ -324,6 +320,8 @@ def _new_memory(  # noqa: PLR0917 - one private call site
         hash=content_hash(text),
         embedding=vector,
         metadata=metadata,
+        expiration_date=event.payload.get("expiration_date"),
+        immutable=bool(event.payload.get("immutable")),
         categories=[fact.category.lower()] if fact.category else [],
         created_at=moment,
         updated_at=moment,

@@ -204,7 +204,7 @@ def test_it_loses_no_update_when_two_events_race(
     with project_context(project.pk):
         add_texts(project, ["User lives in NYC"], user_id="alice")
         events = [
-            MemoryEvent.objects.create(project=project, payload={
+            MemoryEvent.objects.create(project=project, **scope, payload={
                 "messages": [{"role": "user", "content": f"I moved to {city}"}], "scope": scope})
             for city in ("SF", "LA")
         ]  # fmt: skip

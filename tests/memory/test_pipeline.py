@@ -47,7 +47,8 @@ class PipelineTestCase(BaseTestCase):
     def event(self, *messages: str, **payload: Any) -> MemoryEvent:
         body = {"messages": [{"role": "user", "content": m} for m in messages], "scope": SCOPE}
         with project_context(self.project.pk):
-            return MemoryEvent.objects.create(project=self.project, payload={**body, **payload})
+            full = {**body, **payload}
+            return MemoryEvent.objects.create(project=self.project, payload=full, **full["scope"])
 
     def run_event(self, event: MemoryEvent, extractor: Any = None) -> MemoryEvent:
         process_event(event.id, self.project.pk, extractor or self.claude)
@@ -172,7 +173,7 @@ class PipelineTestCase(BaseTestCase):
         scope = {"user_id": None, "agent_id": "bot", "app_id": None, "run_id": None}
         payload = {"messages": messages, "scope": scope, "memory_type": "procedural_memory"}
         with project_context(self.project.pk):
-            return MemoryEvent.objects.create(project=self.project, payload=payload)
+            return MemoryEvent.objects.create(project=self.project, payload=payload, **scope)
 
     def test_it_stores_one_procedural_summary_for_an_agent(self) -> None:
         summary = "1. Searched Nopa: 19:30 free. 2. Booked 19:30 for 2: confirmation A12."
@@ -235,3 +236,11 @@ class PipelineTestCase(BaseTestCase):
         self.fake.script(Reply({"facts": []}))
         self.run_event(self.event("You are terse.", scope=scope))
         assert "an AI agent" in self.fake.requests[0]["body"]["system"]
+
+    def test_it_gives_extracted_memories_the_requests_expiry_and_immutability(self) -> None:
+        event = self.event(
+            "I love hiking in the Alps.", expiration_date="2031-01-01", immutable=True
+        )
+        self.run_event(event, OfflineExtractor())
+        [memory] = self.memories()
+        assert (str(memory.expiration_date), memory.immutable) == ("2031-01-01", True)

@@ -32,7 +32,7 @@ class TasksTestCase(BaseTestCase):
         self.project = self.alice.key.project
         payload = {"messages": [{"role": "user", "content": "I like tea"}], "scope": SCOPE}
         with project_context(self.project.pk):
-            self.event = MemoryEvent.objects.create(project=self.project, payload=payload)
+            self.event = MemoryEvent.objects.create(project=self.project, payload=payload, **SCOPE)
 
     def run_actor(self) -> MemoryEvent:
         process_event(str(self.event.id), str(self.project.pk))
