@@ -13,7 +13,16 @@ PIDS="$LOCAL/run.pids"
 
 stop() {
     if [ -f "$PIDS" ]; then
-        while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$PIDS"
+        pids=$(cat "$PIDS")
+        # A graceful stop first (the worker finishes its message), while Postgres still runs.
+        for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
+        for _ in $(seq 1 30); do
+            alive=""
+            for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done
+            [ -z "$alive" ] && break
+            sleep 0.5
+        done
+        for pid in $pids; do pkill -KILL -P "$pid" 2>/dev/null || true; kill -KILL "$pid" 2>/dev/null || true; done
         rm -f "$PIDS"
     fi
     if [ -f "$LOCAL/pg.started-by-us" ]; then bash "$ROOT/scripts/pg.sh" stop; fi
