@@ -3,16 +3,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-
-def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID251 - bootstrap
-    from django.core.management import execute_from_command_line
-
-    execute_from_command_line(sys.argv)
-
+from config.cli import main
 
 if __name__ == "__main__":
     main()

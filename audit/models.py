@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from django.db import models
 
+from memory.models import Scoped
 from tenants.models import ApiKey, Project
 
 
@@ -49,7 +50,7 @@ class AccessLog(models.Model):
         return f"{self.method} {self.path} {self.status}"
 
 
-class MemoryHistory(models.Model):
+class MemoryHistory(Scoped):
     """One row per change to a memory (ADD / UPDATE / DELETE), written in the change's transaction.
 
     Append-only in the database, like the access log. `memory` has no database constraint so
@@ -81,10 +82,6 @@ class MemoryHistory(models.Model):
     input = models.JSONField(default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     categories = models.JSONField(default=list, blank=True)
-    user_id = models.CharField(max_length=255, null=True, blank=True)
-    agent_id = models.CharField(max_length=255, null=True, blank=True)
-    app_id = models.CharField(max_length=255, null=True, blank=True)
-    run_id = models.CharField(max_length=255, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
