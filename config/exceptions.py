@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
 from memory.embeddings import EmbeddingError
+
+logger = logging.getLogger(__name__)
 
 
 def _first_message(data: Any, path: str = "") -> str:
@@ -33,6 +37,15 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             {"detail": f"Request body exceeds the limit of {limit} bytes."},
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    if isinstance(exc, DataError):
+        # A backstop: input checks should refuse such values first, with a precise message.
+        set_rollback()
+        # The SQLSTATE only: the message may quote the value, which may be personal data.
+        logger.warning("DataError reached the API (SQLSTATE %s)", _sqlstate(exc))
+        return Response(
+            {"detail": "A value in the request cannot be stored (out of range or malformed)."},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, EmbeddingError):
         set_rollback()
         return Response(
@@ -48,6 +61,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     elif not isinstance(response.data, dict) or "detail" not in response.data:
         response.data = {"detail": _first_message(response.data)}
     return response
+
+
+def _sqlstate(exc: Exception) -> str:
+    return str(getattr(exc.__cause__, "sqlstate", None) or "unknown")
 
 
 def json_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

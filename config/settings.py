@@ -48,7 +48,7 @@ if env_bool("ENGRAM_BEHIND_TLS_PROXY", False):
     CSRF_COOKIE_SECURE = True
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config.apps.EngramAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -69,6 +69,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "audit.middleware.AccessLogMiddleware",
+    "config.inputs.SafeUrlMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -155,11 +156,23 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = ENGRAM_MAX_BODY_BYTES
 # An API key's last_used_at is refreshed at most this often, so reads do not write every time.
 ENGRAM_KEY_LAST_USED_RESOLUTION_SECONDS = 60
 
+# A JSON body (or query-string filter) may hold at most this many values in all (config.inputs).
+ENGRAM_MAX_JSON_NODES = env_int("ENGRAM_MAX_JSON_NODES", 50_000, minimum=100)
+# `filters` in a query string (the mem0ai client's Python repr) is refused above this length.
+ENGRAM_MAX_QUERY_FILTER_CHARS = 8_000
+# Requests per API key ("N/second|minute|hour|day"; "off" disables), counted in each web
+# process (Django's local-memory cache): with W workers a key gets at most W times this.
+ENGRAM_API_RATE = env_str("ENGRAM_API_RATE", "1200/minute")
+# Failed admin logins per client address in 15 minutes before the login form answers 429.
+ENGRAM_ADMIN_LOGIN_ATTEMPTS = env_int("ENGRAM_ADMIN_LOGIN_ATTEMPTS", 10, minimum=1)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.authentication.HasProjectKey"],
+    "DEFAULT_THROTTLE_CLASSES": ["tenants.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api_key": None if ENGRAM_API_RATE == "off" else ENGRAM_API_RATE},
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["config.inputs.SafeJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "config.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -199,9 +212,15 @@ if ENGRAM_EMBEDDER == "openai-compatible" and not ENGRAM_EMBEDDING_URL:
     raise ImproperlyConfigured(
         "ENGRAM_EMBEDDER=openai-compatible needs ENGRAM_EMBEDDING_URL (e.g. https://api.openai.com/v1)."
     )
-# Limits on what one add request may carry (each is a 400 with a clear detail when exceeded).
-ENGRAM_MAX_MESSAGE_CHARS = env_int("ENGRAM_MAX_MESSAGE_CHARS", 20_000, minimum=100)
+# Limits on what a request may carry (each is a 400 with a clear detail when exceeded).
+# One limit for every text written: a message, a memory's new text, a feedback reason, and the
+# JSON text of metadata, categories and an export schema. (ENGRAM_MAX_MESSAGE_CHARS: old name.)
+ENGRAM_MAX_TEXT_CHARS = env_int(
+    "ENGRAM_MAX_TEXT_CHARS", env_int("ENGRAM_MAX_MESSAGE_CHARS", 20_000, minimum=100), minimum=100
+)
 ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
+# An export copies at most this many memories; a filter matching more is refused (400).
+ENGRAM_MAX_EXPORT_MEMORIES = env_int("ENGRAM_MAX_EXPORT_MEMORIES", 10_000, minimum=1)
 
 # --- Extraction (Claude) and the job queue ----------------------------------------------------
 # Without a key, a deterministic offline extractor stands in (see memory/llm.py).

@@ -30,7 +30,11 @@ LOGICAL = ("AND", "OR", "NOT")
 TIME_FIELDS = ("created_at", "updated_at", "expiration_date")
 FIELDS = (*SCOPE_FIELDS, *TIME_FIELDS, "categories", "metadata", "keywords", "memory_ids")
 WILDCARD = "*"
+# What one filter may hold, so that its cost is bounded: conditions (a field's operator, a
+# metadata key, a logical operator) and values (every operand and list item), in all.
 MAX_DEPTH = 10
+MAX_CONDITIONS = 100
+MAX_VALUES = 1000
 
 
 class FilterError(ValueError):
@@ -43,13 +47,33 @@ def compile_filters(filters: dict[str, Any] | None) -> Q:
         return Q()
     if not isinstance(filters, dict):
         raise FilterError("filters must be a JSON object.")
+    _check_size(filters)
     query = _compile(filters, depth=0)
     named = set(scope_fields_named(filters))
-    if named:
-        for field in SCOPE_FIELDS:
-            if field not in named:
-                query &= Q(**{f"{field}__isnull": True})
-    return query
+    unnamed = [Q(**{f"{field}__isnull": True}) for field in SCOPE_FIELDS if field not in named]
+    return Q(query, *unnamed) if named and unnamed else query
+
+
+def _check_size(filters: dict[str, Any]) -> None:
+    """Refuse a filter over the limits before compiling it (without recursion)."""
+    conditions = values = 0
+    stack: list[tuple[Any, int]] = [(filters, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > 2 * MAX_DEPTH + 4:
+            raise FilterError(f"filters nest deeper than {MAX_DEPTH} levels.")
+        if isinstance(node, dict):
+            conditions += len(node)
+            stack.extend((item, depth + 1) for item in node.values())
+        elif isinstance(node, list):
+            values += len(node)
+            stack.extend((item, depth + 1) for item in node)
+        else:
+            values += 1
+        if conditions > MAX_CONDITIONS:
+            raise FilterError(f"filters hold more than {MAX_CONDITIONS} conditions.")
+        if values > MAX_VALUES:
+            raise FilterError(f"filters hold more than {MAX_VALUES} values.")
 
 
 def scope_fields_named(filters: Any) -> Iterable[str]:
@@ -86,35 +110,34 @@ def scope_values(filters: Any) -> dict[str, list[str]]:
 def _compile(node: dict[str, Any], depth: int) -> Q:
     if depth > MAX_DEPTH:
         raise FilterError(f"filters nest deeper than {MAX_DEPTH} levels.")
-    query = Q()
+    # Conditions are gathered in lists and joined once: `q &= part` in a loop copies the tree
+    # each time, which is quadratic in the number of conditions.
+    conditions: list[Q] = []
     for key, value in node.items():
         if key in ("AND", "OR"):
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                 raise FilterError(f"{key} takes a list of filter objects.")
             parts = [_compile(item, depth + 1) for item in value]
-            combined = Q()
-            for part in parts:
-                combined = combined & part if key == "AND" else combined | part
-            if key == "OR" and not parts:
-                combined = Q(pk__in=[])
-            query &= combined
+            if key == "OR":
+                # OR of nothing is false; AND of nothing is no condition.
+                conditions.append(Q(*parts, _connector=Q.OR) if parts else Q(pk__in=[]))
+            elif parts:
+                conditions.append(Q(*parts))
         elif key == "NOT":
             items = value if isinstance(value, list) else [value]
             if not items or not all(isinstance(v, dict) for v in items):
                 raise FilterError("NOT takes a filter object (or a list of them).")
-            inner = Q()
-            for item in items:
-                inner &= _compile(item, depth + 1)
-            query &= ~inner
+            conditions.append(~Q(*[_compile(item, depth + 1) for item in items]))
         elif key in FIELDS:
-            query &= FIELD_COMPILERS[key](key, value)
+            conditions.append(FIELD_COMPILERS[key](key, value))
         else:
             raise FilterError(
                 f"Unknown filter field {key!r}; allowed: {', '.join((*LOGICAL, *FIELDS))}."
             )
     # An empty Q means "no condition" to Django: OR would drop it and ~Q() is still empty.
     # An object with no conditions ({} or {"AND": []}) matches everything, so say so.
-    return query if query else Q(pk__isnull=False)
+    conditions = [c for c in conditions if c]
+    return Q(*conditions) if conditions else Q(pk__isnull=False)
 
 
 def _operators(field: str, value: Any, allowed: tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -146,54 +169,63 @@ def _scope_value(field: str, value: Any) -> str:
 
 
 def _compile_scope(field: str, value: Any) -> Q:
-    query = Q()
+    parts: list[Q] = []
     for op, operand in _operators(field, value, ("eq", "ne", "in")):
         if op == "eq" and operand == WILDCARD:
-            query &= Q(**{f"{field}__isnull": False})
+            parts.append(Q(**{f"{field}__isnull": False}))
         elif op == "eq":
-            query &= Q(**{field: _scope_value(field, operand)})
+            parts.append(Q(**{field: _scope_value(field, operand)}))
         elif op == "ne":
-            query &= ~Q(**{field: _scope_value(field, operand)})
+            parts.append(~Q(**{field: _scope_value(field, operand)}))
         else:
             values = [_scope_value(field, v) for v in _as_list(field, op, operand)]
-            query &= Q(**{f"{field}__in": values})
-    return query
+            parts.append(Q(**{f"{field}__in": values}))
+    return Q(*parts)
 
 
 def parse_moment(field: str, value: Any) -> datetime:
-    """An ISO date or datetime (naive means UTC); a date means its midnight."""
+    """An ISO date or datetime (naive means UTC) as a UTC datetime; a date means its midnight.
+
+    Refused with a FilterError: what is not ISO 8601, what looks like it but is no real date
+    (2024-02-30, hour 25), and what falls outside years 1-9999 once moved to UTC.
+    """
     if isinstance(value, str):
-        moment = parse_datetime(value)
-        if moment is None:
-            day = parse_date(value)
-            moment = datetime.combine(day, time.min) if day else None
-        if moment is not None:
-            if timezone.is_naive(moment):
-                moment = moment.replace(tzinfo=UTC)
-            return moment
-    raise FilterError(f"{field} needs an ISO 8601 date or datetime, got {value!r}.")
+        try:
+            moment = parse_datetime(value)
+            if moment is None:
+                day = parse_date(value)
+                moment = datetime.combine(day, time.min) if day else None
+            if moment is not None:
+                if timezone.is_naive(moment):
+                    moment = moment.replace(tzinfo=UTC)
+                return moment.astimezone(UTC)
+        except (ValueError, OverflowError):
+            raise FilterError(
+                f"{field}: {value[:40]!r} is not a real date and time in years 1-9999 (UTC)."
+            ) from None
+    raise FilterError(f"{field} needs an ISO 8601 date or datetime, got {str(value)[:40]!r}.")
 
 
 def _time_operand(field: str, value: Any) -> date | datetime:
     moment = parse_moment(field, value)
-    return moment.astimezone(UTC).date() if field == "expiration_date" else moment
+    return moment.date() if field == "expiration_date" else moment
 
 
 def _compile_time(field: str, value: Any) -> Q:
     if value == WILDCARD:
         return Q(**{f"{field}__isnull": False})
-    query = Q()
+    parts: list[Q] = []
     ops = ("eq", "ne", "gt", "gte", "lt", "lte", "in")
     for op, operand in _operators(field, value, ops):
         if op == "in":
             moments = [_time_operand(field, v) for v in _as_list(field, op, operand)]
-            query &= Q(**{f"{field}__in": moments})
+            parts.append(Q(**{f"{field}__in": moments}))
         elif op == "ne":
-            query &= ~Q(**{field: _time_operand(field, operand)})
+            parts.append(~Q(**{field: _time_operand(field, operand)}))
         else:
             lookup = field if op == "eq" else f"{field}__{op}"
-            query &= Q(**{lookup: _time_operand(field, operand)})
-    return query
+            parts.append(Q(**{lookup: _time_operand(field, operand)}))
+    return Q(*parts)
 
 
 def _category(value: Any) -> str:
@@ -203,35 +235,33 @@ def _category(value: Any) -> str:
 
 
 def _compile_categories(field: str, value: Any) -> Q:
-    query = Q()
+    parts: list[Q] = []
     for op, operand in _operators(field, value, ("in", "contains")):
         if op == "in":
             wanted = [_category(v) for v in _as_list(field, op, operand)]
-            query &= Q(categories__overlap=wanted)
+            parts.append(Q(categories__overlap=wanted))
         else:
             # Case-insensitive substring of any category (categories are stored lower-case).
             pattern = "%" + _escape_like(_category(operand)) + "%"
-            query &= Q(
-                RawSQL(
-                    'EXISTS (SELECT 1 FROM unnest("memory_memory"."categories") AS c '
-                    "WHERE c LIKE %s)",
-                    [pattern],
-                    output_field=BooleanField(),
-                )
+            exists = RawSQL(
+                'EXISTS (SELECT 1 FROM unnest("memory_memory"."categories") AS c WHERE c LIKE %s)',
+                [pattern],
+                output_field=BooleanField(),
             )
-    return query
+            parts.append(Q(exists))
+    return Q(*parts)
 
 
 def _compile_metadata(field: str, value: Any) -> Q:
     if not isinstance(value, dict) or not value:
         raise FilterError('metadata takes an object of conditions, e.g. {"topic": "food"}.')
-    query = Q()
+    parts: list[Q] = []
     for key, condition in value.items():
         if not key:
             raise FilterError("metadata keys must not be empty.")
         path = f"metadata.{key}"
         if condition == WILDCARD:
-            query &= Q(metadata__has_key=key)
+            parts.append(Q(metadata__has_key=key))
             continue
         for op, operand in _operators(path, condition, ("eq", "ne", "contains")):
             if op == "contains":
@@ -243,7 +273,7 @@ def _compile_metadata(field: str, value: Any) -> Q:
                     [key, "%" + _escape_like(operand) + "%"],
                     output_field=BooleanField(),
                 )
-                query &= Q(text)
+                parts.append(Q(text))
             else:
                 # JSON equality; key and JSON-encoded value are parameters, the key is always an
                 # object key (never an array index), and a missing key is false, never NULL.
@@ -259,18 +289,18 @@ def _compile_metadata(field: str, value: Any) -> Q:
                     )
                 )
                 # "ne" keeps memories that lack the key, as Mem0 does.
-                query &= equal if op == "eq" else ~equal
-    return query
+                parts.append(equal if op == "eq" else ~equal)
+    return Q(*parts)
 
 
 def _compile_keywords(field: str, value: Any) -> Q:
-    query = Q()
+    parts: list[Q] = []
     for op, operand in _operators(field, value, ("eq", "contains", "icontains")):
         if not isinstance(operand, str):
             raise FilterError("keywords takes a string.")
         lookup = "text__contains" if op == "contains" else "text__icontains"
-        query &= Q(**{lookup: operand})
-    return query
+        parts.append(Q(**{lookup: operand}))
+    return Q(*parts)
 
 
 def _compile_memory_ids(field: str, value: Any) -> Q:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
@@ -74,25 +75,12 @@ def hybrid_search(
     """
     vector = embedding if embedding is not None else embed_one(query)
     vector_literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
-    limit = max(top_k, SEMANTIC_CANDIDATES)
-    # "+ 0" hides the operator from the HNSW index, leaving the scope's btree index and a sort.
-    distance = "(embedding <=> %s::vector) + 0" if exact else "embedding <=> %s::vector"
-    semantic_sql, semantic_params = (
-        # RawSQL here and below: fixed SQL text, the query and vector go in as parameters.
-        queryset.annotate(distance=RawSQL(distance, [vector_literal]))  # noqa: S611
-        .order_by("distance")
-        .values("id")[:limit]
-        .query.sql_with_params()
-    )
-    keyword_sql, keyword_params = (
-        queryset.annotate(
-            rank=RawSQL(f"ts_rank(%s::real[], search_vector, {OR_QUERY})", [RANK_WEIGHTS, query])  # noqa: S611
+    try:
+        semantic_sql, semantic_params, keyword_sql, keyword_params = _candidate_queries(
+            queryset, query, vector_literal, exact=exact, top_k=top_k
         )
-        .filter(RawSQL(f"search_vector @@ {OR_QUERY}", [query], output_field=BooleanField()))  # noqa: S611
-        .order_by("-rank")
-        .values("id")[: max(top_k, KEYWORD_CANDIDATES)]
-        .query.sql_with_params()
-    )
+    except EmptyResultSet:
+        return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
     # The subqueries are Django's compiled SQL; every value is a parameter.
     sql = (
         f"SELECT {COLUMNS}, 1 - (embedding <=> %s::vector) AS semantic, "  # noqa: S608
@@ -115,6 +103,32 @@ def hybrid_search(
     ]
     relevant.sort(key=lambda pair: pair[1].score, reverse=True)
     return [ScoredMemory(_memory(row), score) for row, score in relevant[:top_k]]
+
+
+def _candidate_queries(
+    queryset: MemoryQuerySet, query: str, vector_literal: str, *, exact: bool, top_k: int
+) -> tuple[str, tuple[Any, ...], str, tuple[Any, ...]]:
+    """The semantic and keyword candidate subqueries, compiled (SQL and parameters)."""
+    limit = max(top_k, SEMANTIC_CANDIDATES)
+    # "+ 0" hides the operator from the HNSW index, leaving the scope's btree index and a sort.
+    distance = "(embedding <=> %s::vector) + 0" if exact else "embedding <=> %s::vector"
+    semantic_sql, semantic_params = (
+        # RawSQL here and below: fixed SQL text, the query and vector go in as parameters.
+        queryset.annotate(distance=RawSQL(distance, [vector_literal]))  # noqa: S611
+        .order_by("distance")
+        .values("id")[:limit]
+        .query.sql_with_params()
+    )
+    keyword_sql, keyword_params = (
+        queryset.annotate(
+            rank=RawSQL(f"ts_rank(%s::real[], search_vector, {OR_QUERY})", [RANK_WEIGHTS, query])  # noqa: S611
+        )
+        .filter(RawSQL(f"search_vector @@ {OR_QUERY}", [query], output_field=BooleanField()))  # noqa: S611
+        .order_by("-rank")
+        .values("id")[: max(top_k, KEYWORD_CANDIDATES)]
+        .query.sql_with_params()
+    )
+    return semantic_sql, semantic_params, keyword_sql, keyword_params
 
 
 def _memory(row: tuple[Any, ...]) -> Memory:

@@ -2,45 +2,92 @@
 
 from __future__ import annotations
 
-import ast
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.inputs import UnsafeInputError, parse_json, parse_python_literal
 from memory.actions import Message
 from memory.filters import FilterError, compile_filters
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory
 
 ROLES = ("user", "assistant", "system", "tool")
 MEMORY_TYPES = ("procedural_memory",)
+# 9999-12-31T23:59:59Z: the last moment a Python datetime (and so the API) can represent.
+MAX_TIMESTAMP = 253_402_300_799
+
+
+def too_long(length: int, unit: str = "characters") -> serializers.ValidationError:
+    """The one message for every length limit (ENGRAM_MAX_TEXT_CHARS)."""
+    limit = settings.ENGRAM_MAX_TEXT_CHARS
+    return serializers.ValidationError(f"is {length} {unit}; the limit is {limit}.")
+
+
+class TextField(serializers.CharField):
+    """Text that is stored: not whitespace only, at most ENGRAM_MAX_TEXT_CHARS characters.
+
+    (NUL characters and lone surrogates never get here: config.inputs refuses them.)
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if value and not value.strip():
+            raise serializers.ValidationError("must not be only whitespace.")
+        if len(value) > settings.ENGRAM_MAX_TEXT_CHARS:
+            raise too_long(len(value))
+        return value
+
+
+class BoundedJSONField(serializers.JSONField):
+    """A JSON value whose text is at most ENGRAM_MAX_TEXT_CHARS characters."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        length = len(json.dumps(value, ensure_ascii=False))
+        if length > settings.ENGRAM_MAX_TEXT_CHARS:
+            raise too_long(length, "characters of JSON")
+        return value
 
 
 def validate_filters(value: Any) -> dict[str, Any]:
+    """A filter object's shape (compiled later, once, with the request's scope ids)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise serializers.ValidationError("must be a JSON object.")
-    try:
-        compile_filters(value)
-    except FilterError as exc:
-        raise serializers.ValidationError(str(exc)) from None
     return value
 
 
+def compiled(filters: dict[str, Any]) -> Q:
+    try:
+        return compile_filters(filters)
+    except FilterError as exc:
+        raise serializers.ValidationError({"filters": str(exc)}) from None
+
+
 def parse_query_filters(raw: str) -> dict[str, Any]:
-    """`filters` in a query string: JSON, or the Python repr the mem0ai client sends."""
-    for parse in (json.loads, ast.literal_eval):
+    """`filters` in a query string: JSON, or the Python dict repr the mem0ai client sends."""
+    try:
+        value = parse_json(raw, "filters")
+    except UnsafeInputError:
         try:
-            value = parse(raw)
-        except (ValueError, SyntaxError):
-            continue
-        if isinstance(value, dict):
-            return value
-    raise serializers.ValidationError({"filters": "must be a JSON object."})
+            value = parse_python_literal(raw, "filters")
+        except UnsafeInputError as exc:
+            raise serializers.ValidationError(
+                {"filters": f"must be a JSON object (or a Python dict literal): {exc}"}
+            ) from None
+    if not isinstance(value, dict):
+        raise serializers.ValidationError({"filters": "must be a JSON object."})
+    return value
 
 
 class ScopeIdField(serializers.CharField):
@@ -69,6 +116,29 @@ class ScopeMixin(serializers.Serializer[dict[str, Any]]):
 
     def scope(self) -> dict[str, str | None]:
         return scope_of(self.validated_data)
+
+    def where(self) -> Q:
+        """The compiled condition: `filters` plus the top-level scope ids (set by validate)."""
+        query: Q = self.validated_data["where"]
+        return query
+
+
+def merged_filters(data: dict[str, Any]) -> dict[str, Any]:
+    """`filters` with the top-level scope ids added (a filter's own value wins)."""
+    filters = dict(data.get("filters") or {})
+    for field in SCOPE_FIELDS:
+        value = data.get(field)
+        if value is not None and field not in filters:
+            filters[field] = value
+    return filters
+
+
+class FilteredMixin(ScopeMixin):
+    """Search, list and export: compile the filters once, while validating."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs["where"] = compiled(merged_filters(attrs))
+        return attrs
 
 
 def scope_of(data: dict[str, Any]) -> dict[str, str | None]:
@@ -99,16 +169,8 @@ def validate_metadata(value: Any) -> dict[str, Any]:
 
 class MessageSerializer(serializers.Serializer[dict[str, Any]]):
     role = serializers.ChoiceField(choices=ROLES)
-    content = serializers.CharField(allow_blank=False, trim_whitespace=False)
+    content = TextField(allow_blank=False)
     name = serializers.CharField(required=False, allow_blank=True, max_length=SCOPE_MAX_LENGTH)
-
-    def validate_content(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be empty.")
-        limit = settings.ENGRAM_MAX_MESSAGE_CHARS
-        if len(value) > limit:
-            raise serializers.ValidationError(f"is {len(value)} characters; the limit is {limit}.")
-        return value
 
 
 @extend_schema_field(
@@ -148,15 +210,17 @@ class MessagesField(serializers.Field):  # type: ignore[type-arg]
 
 class AddSerializer(ScopeMixin):
     messages = MessagesField()
-    filters = serializers.JSONField(required=False, allow_null=True)
-    metadata = serializers.JSONField(required=False, allow_null=True)
+    filters = BoundedJSONField(required=False, allow_null=True)
+    metadata = BoundedJSONField(required=False, allow_null=True)
     infer = serializers.BooleanField(required=False, default=True)
-    timestamp = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    timestamp = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_TIMESTAMP
+    )
     expiration_date = serializers.DateField(required=False, allow_null=True)
     immutable = serializers.BooleanField(required=False, default=False)
     memory_type = serializers.CharField(required=False, allow_null=True)
     custom_instructions = serializers.CharField(required=False, allow_blank=True, max_length=20_000)
-    custom_categories = serializers.JSONField(required=False, allow_null=True)
+    custom_categories = BoundedJSONField(required=False, allow_null=True)
     includes = serializers.CharField(required=False, allow_blank=True, max_length=5_000)
     excludes = serializers.CharField(required=False, allow_blank=True, max_length=5_000)
 
@@ -176,6 +240,14 @@ class AddSerializer(ScopeMixin):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        filters = attrs.get("filters") or {}
+        for field in SCOPE_FIELDS:
+            # A scope id given inside `filters` is stored like a top-level one: same rules.
+            if attrs.get(field) is None and isinstance(filters.get(field), str | int):
+                try:
+                    ScopeIdField().run_validation(filters[field])
+                except serializers.ValidationError as exc:
+                    raise serializers.ValidationError({f"filters.{field}": exc.detail}) from None
         scope = scope_of(attrs)
         if not any(scope.values()):
             raise serializers.ValidationError(
@@ -230,23 +302,27 @@ def category_names(value: Any) -> list[str]:
     return names
 
 
-class SearchSerializer(ScopeMixin):
+class SearchSerializer(FilteredMixin):
     query = serializers.CharField(trim_whitespace=True, max_length=4000)
     filters = serializers.JSONField(required=False, allow_null=True)
     top_k = serializers.IntegerField(required=False, default=20, min_value=1, max_value=1000)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=1000)
     threshold = serializers.FloatField(required=False, default=0.1, min_value=0, max_value=1)
     rerank = serializers.BooleanField(required=False, default=False)
-    categories = serializers.ListField(child=serializers.CharField(), required=False)
+    categories = serializers.ListField(
+        child=serializers.CharField(max_length=SCOPE_MAX_LENGTH), required=False, max_length=100
+    )
     show_expired = serializers.BooleanField(required=False, default=False)
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
         return validate_filters(value)
 
 
-class ListSerializer(ScopeMixin):
+class ListSerializer(FilteredMixin):
     filters = serializers.JSONField(required=False, allow_null=True)
-    categories = serializers.ListField(child=serializers.CharField(), required=False)
+    categories = serializers.ListField(
+        child=serializers.CharField(max_length=SCOPE_MAX_LENGTH), required=False, max_length=100
+    )
     show_expired = serializers.BooleanField(required=False, default=False)
     start_date = serializers.DateTimeField(required=False)
     end_date = serializers.DateTimeField(required=False)
@@ -256,10 +332,10 @@ class ListSerializer(ScopeMixin):
 
 
 class UpdateSerializer(serializers.Serializer[dict[str, Any]]):
-    text = serializers.CharField(required=False, trim_whitespace=False)
-    metadata = serializers.JSONField(required=False, allow_null=True)
+    text = TextField(required=False)
+    metadata = BoundedJSONField(required=False, allow_null=True)
     expiration_date = serializers.DateField(required=False, allow_null=True)
-    timestamp = serializers.IntegerField(required=False, min_value=0)
+    timestamp = serializers.IntegerField(required=False, min_value=0, max_value=MAX_TIMESTAMP)
 
     def validate_metadata(self, value: Any) -> dict[str, Any]:
         return validate_metadata(value)
@@ -281,8 +357,8 @@ class UpdateSerializer(serializers.Serializer[dict[str, Any]]):
 
 class BatchItemSerializer(serializers.Serializer[dict[str, Any]]):
     memory_id = serializers.UUIDField()
-    text = serializers.CharField(required=False, trim_whitespace=False)
-    metadata = serializers.JSONField(required=False, allow_null=True)
+    text = TextField(required=False, allow_blank=False)
+    metadata = BoundedJSONField(required=False, allow_null=True)
 
     def validate_metadata(self, value: Any) -> dict[str, Any] | None:
         return validate_metadata(value) if value is not None else None
@@ -303,7 +379,7 @@ class FeedbackSerializer(serializers.Serializer[dict[str, Any]]):
     feedback = serializers.ChoiceField(
         choices=["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"], required=False, allow_null=True
     )
-    feedback_reason = serializers.CharField(required=False, allow_blank=True, allow_null=True)
+    feedback_reason = TextField(required=False, allow_blank=True, allow_null=True)
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict) and isinstance(data.get("feedback"), str):
@@ -313,16 +389,20 @@ class FeedbackSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class ExportSerializer(serializers.Serializer[dict[str, Any]]):
-    schema = serializers.JSONField(required=False, default=dict)
+    schema = BoundedJSONField(required=False, default=dict)
     filters = serializers.JSONField(required=False, allow_null=True)
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
         return validate_filters(value)
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs["where"] = compiled(attrs.get("filters") or {})
+        return attrs
+
 
 class ExportGetSerializer(serializers.Serializer[dict[str, Any]]):
     memory_export_id = serializers.UUIDField(required=False)
-    filters = serializers.JSONField(required=False, allow_null=True)
+    filters = BoundedJSONField(required=False, allow_null=True)
 
 
 def memory_data(memory: Memory) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q
+from django.conf import settings
+from django.db.models import CharField, Count, F, IntegerField, Max, Min, Q, Value
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -20,7 +22,7 @@ from audit.access import note_access
 from audit.models import MemoryHistory
 from memory import actions
 from memory.api import serializers as s
-from memory.filters import compile_filters, scope_values
+from memory.filters import scope_values
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, MemoryExport, MemoryQuerySet
 from tenants.authentication import request_key
 
@@ -46,15 +48,10 @@ def get_memory(request: Request, memory_id: uuid.UUID) -> Memory:
     return found
 
 
-def matching(
-    request: Request, data: dict[str, Any], scope: dict[str, str | None]
-) -> MemoryQuerySet:
-    """Active memories matching `filters`, top-level scope ids, categories and expiry options."""
-    filters = dict(data.get("filters") or {})
-    for field, value in scope.items():
-        if value is not None and field not in filters:
-            filters[field] = value
-    queryset = project_memories(request).active().filter(compile_filters(filters))
+def matching(request: Request, data: dict[str, Any]) -> MemoryQuerySet:
+    """Active memories matching the validated filters (compiled by the serializer, with the
+    top-level scope ids), categories and expiry options."""
+    queryset = project_memories(request).active().filter(data["where"])
     if not data.get("show_expired"):
         queryset = queryset.unexpired()
     if data.get("categories"):
@@ -63,7 +60,7 @@ def matching(
         queryset = queryset.filter(created_at__gte=data["start_date"])
     if data.get("end_date"):
         queryset = queryset.filter(created_at__lte=data["end_date"])
-    note_access(request, scope=scope_values(filters))
+    note_access(request, scope=scope_values(s.merged_filters(data)))
     return queryset
 
 
@@ -127,7 +124,7 @@ def search(request: Request, *, envelope: bool) -> Response:
     scope = serializer.scope()
     # One user's (agent's, run's) memories are few enough to rank exactly; see hybrid_search.
     scoped = any(scope.values()) or bool(scope_values(data.get("filters") or {}))
-    results = matching(request, data, scope).search(
+    results = matching(request, data).search(
         data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped
     )
     note_access(request, result_count=len(results))
@@ -164,6 +161,9 @@ def search_legacy(request: Request) -> Response:
     return search(request, envelope=False)
 
 
+_DIGITS = re.compile(r"[0-9]{1,9}")
+
+
 class MemoryPagination(PageNumberPagination):
     page_size = 100
     page_size_query_param = "page_size"
@@ -174,7 +174,8 @@ def _positive(request: Request, name: str, maximum: int | None = None) -> None:
     raw = request.query_params.get(name)
     if raw is None:
         return
-    if not raw.isdigit() or int(raw) < 1 or (maximum is not None and int(raw) > maximum):
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+    if not _DIGITS.fullmatch(raw) or int(raw) < 1 or (maximum is not None and int(raw) > maximum):
         bound = f" and at most {maximum}" if maximum else ""
         raise serializers.ValidationError({name: f"must be an integer of at least 1{bound}."})
 
@@ -182,11 +183,7 @@ def _positive(request: Request, name: str, maximum: int | None = None) -> None:
 def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Response:
     serializer = s.ListSerializer(data=data)
     serializer.is_valid(raise_exception=True)
-    queryset = (
-        matching(request, serializer.validated_data, serializer.scope())
-        .light()
-        .order_by("-created_at", "-id")
-    )
+    queryset = matching(request, serializer.validated_data).light().order_by("-created_at", "-id")
     if not paged:
         rows = [s.memory_data(m) for m in queryset[:1000]]
         note_access(request, result_count=len(rows))
@@ -263,9 +260,9 @@ def delete_all(request: Request) -> Response:
             named = True
             query &= Q(**{f"{field}__isnull": False}) if value == "*" else Q(**{field: value})
     if "filters" in params:
-        filters = s.validate_filters(s.parse_query_filters(params["filters"]))
+        filters = s.parse_query_filters(params["filters"])
         named = named or bool(filters)
-        query &= compile_filters(filters)
+        query &= s.compiled(filters)
     if not named:
         raise serializers.ValidationError(
             "Name what to delete: user_id, agent_id, app_id, run_id or filters ('*' for any)."
@@ -394,39 +391,60 @@ def batch(request: Request) -> Response:
     return Response({"message": f"Successfully updated {count} memories"})
 
 
+class EntityPagination(PageNumberPagination):
+    # Large pages: the official client's delete_users() reads only the first one.
+    page_size = 1000
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
 @extend_schema(
-    responses=OpenApiTypes.OBJECT, summary="Users, agents, apps and runs that have memories"
+    responses=OpenApiTypes.OBJECT,
+    parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
+    summary="Users, agents, apps and runs that have memories (paginated, 1000 a page)",
 )
 @api_view(["GET"])
 def entities(request: Request) -> Response:
     active = project_memories(request).active()
-    results: list[dict[str, Any]] = []
-    totals: dict[str, int] = {}
-    for kind, field in ENTITY_TYPES.items():
-        rows = (
-            active.filter(**{f"{field}__isnull": False})
-            .values(field)
-            .annotate(total=Count("id"), first=Min("created_at"), last=Max("updated_at"))
-            .order_by(field)
-        )
-        totals[f"total_{kind}s"] = len(rows)
-        results += [
-            {
-                "id": row[field],
-                "name": row[field],
-                "type": kind,
-                "total_memories": row["total"],
-                "created_at": row["first"].isoformat(),
-                "updated_at": row["last"].isoformat(),
-                "owner": None,
-                "metadata": {},
-            }
-            for row in rows
-        ]
-    note_access(request, result_count=len(results))
-    return Response(
-        {"count": len(results), "next": None, "previous": None, "results": results, **totals}
+    totals = active.aggregate(
+        **{f"total_{kind}s": Count(field, distinct=True) for kind, field in ENTITY_TYPES.items()}
     )
+    per_kind = [
+        active.filter(**{f"{field}__isnull": False})
+        .values(field)
+        .annotate(
+            rank=Value(rank, output_field=IntegerField()),
+            kind=Value(kind, output_field=CharField()),
+            entity=F(field),
+            total=Count("id"),
+            first=Min("created_at"),
+            last=Max("updated_at"),
+        )
+        .values("rank", "kind", "entity", "total", "first", "last")
+        for rank, (kind, field) in enumerate(ENTITY_TYPES.items())
+    ]
+    rows = per_kind[0].union(*per_kind[1:], all=True).order_by("rank", "entity")
+    _positive(request, "page")
+    _positive(request, "page_size", EntityPagination.max_page_size)
+    paginator = EntityPagination()
+    page = paginator.paginate_queryset(rows, request) or []
+    results = [
+        {
+            "id": row["entity"],
+            "name": row["entity"],
+            "type": row["kind"],
+            "total_memories": row["total"],
+            "created_at": row["first"].isoformat(),
+            "updated_at": row["last"].isoformat(),
+            "owner": None,
+            "metadata": {},
+        }
+        for row in page
+    ]
+    note_access(request, result_count=len(results))
+    response = paginator.get_paginated_response(results)
+    response.data.update(totals)
+    return response
 
 
 @extend_schema(
@@ -474,8 +492,15 @@ def create_export(request: Request) -> Response:
     serializer = s.ExportSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    memories = matching(request, data, {}).light().order_by("created_at", "id")
-    rows = [s.memory_data(m) for m in memories]
+    memories = matching(request, data).light().order_by("created_at", "id")
+    cap = settings.ENGRAM_MAX_EXPORT_MEMORIES
+    found = list(memories[: cap + 1])
+    if len(found) > cap:
+        raise serializers.ValidationError(
+            f"More than {cap} memories match; an export holds at most {cap} "
+            "(ENGRAM_MAX_EXPORT_MEMORIES): narrow the filters, e.g. by user_id or created_at."
+        )
+    rows = [s.memory_data(m) for m in found]
     export = actions.do_create_export(
         request_key(request).project,
         schema=data["schema"],
