@@ -219,10 +219,10 @@ class AddSerializer(ScopeMixin):
     expiration_date = serializers.DateField(required=False, allow_null=True)
     immutable = serializers.BooleanField(required=False, default=False)
     memory_type = serializers.CharField(required=False, allow_null=True)
-    custom_instructions = serializers.CharField(required=False, allow_blank=True, max_length=20_000)
+    custom_instructions = TextField(required=False, allow_blank=True)
     custom_categories = BoundedJSONField(required=False, allow_null=True)
-    includes = serializers.CharField(required=False, allow_blank=True, max_length=5_000)
-    excludes = serializers.CharField(required=False, allow_blank=True, max_length=5_000)
+    includes = TextField(required=False, allow_blank=True)
+    excludes = TextField(required=False, allow_blank=True)
 
     def validate_metadata(self, value: Any) -> dict[str, Any]:
         return validate_metadata(value)
