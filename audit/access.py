@@ -1,6 +1,7 @@
 """What a request tells the access log: its key, the scope ids it touched and a result count.
 
-Authentication fills in the key; API views add scope and count with `note_access`. The access log
+Authentication fills in the key (and the presented key's prefix, even when it fails); API views
+add scope and count with `note_access`. The access log
 middleware reads the record after the response.
 """
 
@@ -23,6 +24,7 @@ _ATTRIBUTE = "_engram_access"
 @dataclass
 class AccessRecord:
     api_key: ApiKey | None = None
+    key_prefix: str = ""
     scope: dict[str, Any] = field(default_factory=dict)
     result_count: int | None = None
 

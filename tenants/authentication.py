@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rest_framework import authentication, exceptions, permissions
@@ -12,6 +13,15 @@ from tenants.db import activate_project
 from tenants.models import KEY_PREFIX_LENGTH, ApiKey
 
 SCHEMES = {"token", "bearer"}
+# What ApiKey.generate() makes: "eng_" then URL-safe base64. Only a prefix of that shape is
+# recorded for a failed authentication, so a password pasted by mistake is never logged.
+_PREFIX_SHAPE = re.compile(rf"eng_[A-Za-z0-9_-]{{{KEY_PREFIX_LENGTH - 4}}}")
+
+
+def presented_prefix(raw_key: str) -> str:
+    """The non-secret prefix of a presented key, or "" if it is not shaped like one of ours."""
+    prefix = raw_key[:KEY_PREFIX_LENGTH]
+    return prefix if _PREFIX_SHAPE.fullmatch(prefix) else ""
 
 
 def authenticate_key(raw_key: str) -> ApiKey:
@@ -43,6 +53,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Malformed Authorization header: expected 'Token <api key>'."
             )
+        access_record(request).key_prefix = presented_prefix(parts[1])
         key = authenticate_key(parts[1])
         # The request runs in one transaction (AccessLogMiddleware): from here on, row-level
         # security shows this project's rows and nothing else.

@@ -53,7 +53,16 @@ class ApiErrorsTestCase(BaseTestCase):
     def test_it_refuses_an_oversized_body_with_413(self) -> None:
         result = self.post('{"text": "' + "x" * 4096 + '", "count": 1}')
         assert result["status"] == 413
-        assert "limit is 2048 bytes" in str(result["detail"])
+        assert "limit of 2048 bytes" in str(result["detail"])
+
+    def test_it_asks_for_a_length_when_a_chunked_body_cannot_be_read(self) -> None:
+        # Under gunicorn a chunked body is read (tests/config/test_gunicorn.py); a server that
+        # cannot say where it ends gets 411, never a body silently taken as empty.
+        response = self.client.generic(
+            "POST", "/v1/echo/", headers={**auth(self.alice.raw), "Transfer-Encoding": "chunked"}
+        )
+        assert response.status_code == 411
+        assert "Content-Length" in response.json()["detail"]
 
     def test_it_refuses_a_non_json_content_type(self) -> None:
         response = self.client.post(

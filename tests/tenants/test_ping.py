@@ -60,13 +60,12 @@ class PingTestCase(BaseTestCase):
         assert response.status_code == 401
         assert response.json() == {"detail": "This API key has been revoked."}
 
-    def test_it_echoes_a_request_id(self) -> None:
+    def test_it_answers_with_a_request_id_of_its_own(self) -> None:
         headers = auth(self.alice.raw)
         response = self.client.get("/v1/ping/", headers={**headers, "X-Request-ID": "abc-123"})
-        assert response["X-Request-ID"] == "abc-123"
-        forged = self.client.get("/v1/ping/", headers={**headers, "X-Request-ID": "bad id!"})
-        assert forged["X-Request-ID"] != "bad id!"
-        assert len(forged["X-Request-ID"]) == 32
+        assert len(response["X-Request-ID"]) == 32
+        other = self.client.get("/v1/ping/", headers={**headers, "X-Request-ID": "abc-123"})
+        assert other["X-Request-ID"] != response["X-Request-ID"]
 
     def test_it_records_when_a_key_was_last_used(self) -> None:
         assert self.alice.key.last_used_at is None
