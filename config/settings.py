@@ -25,19 +25,22 @@ django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-# "local" relaxes what a laptop or CI cannot provide (a secret key); everything else is production.
+# "local" serves static files straight from the apps (no collectstatic); nothing else differs.
 ENGRAM_ENV = env_choice("ENGRAM_ENV", "production", ("local", "production"))
 LOCAL = ENGRAM_ENV == "local"
 
 DEBUG = env_bool("ENGRAM_DEBUG", False)
 
+# Required everywhere, with no fallback: a public default would sign sessions and CSRF tokens
+# with a key everyone knows. `make run` and `make test` use one generated into .local/.
 _secret = env_secret("ENGRAM_SECRET_KEY")
 if _secret is None:
-    if not LOCAL:
-        raise ImproperlyConfigured(
-            "Set ENGRAM_SECRET_KEY (or ENGRAM_SECRET_KEY_FILE) in production."
-        )
-    _secret = "engram-local-development-only-not-a-secret"  # noqa: S105 - refused outside ENGRAM_ENV=local
+    raise ImproperlyConfigured(
+        "Set ENGRAM_SECRET_KEY (or ENGRAM_SECRET_KEY_FILE), e.g. to the output of "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`."
+    )
+if len(_secret) < 50 or len(set(_secret)) < 5:
+    raise ImproperlyConfigured("ENGRAM_SECRET_KEY is too short: use 50 or more random characters.")
 SECRET_KEY = _secret
 
 ALLOWED_HOSTS = env_list("ENGRAM_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])

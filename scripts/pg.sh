@@ -4,7 +4,9 @@
 # start: initialise the cluster if needed (data under .local/pg, or under /var/tmp when the
 # postgres user cannot reach the checkout), start it on a unix socket and 127.0.0.1:$ENGRAM_PG_PORT,
 # create the owner and application roles, the database and its extensions, and write the
-# connection settings to .local/engram.env. Every step is idempotent.
+# connection settings and a generated Django secret key (.local/secret_key, kept across runs)
+# to .local/engram.env. Every step is idempotent; on a running cluster the settings are
+# reloaded.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -58,9 +60,10 @@ running() {
 }
 
 secret() {
+    # A random hex string of ${2:-24} bytes, made once and kept in .local/$1 (mode 600).
     local file="$LOCAL/$1"
     if [ ! -s "$file" ]; then
-        (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$file")
+        (umask 077; head -c "${2:-24}" /dev/urandom | od -An -tx1 | tr -d ' \n' > "$file")
     fi
     cat "$file"
 }
@@ -88,7 +91,15 @@ shared_buffers = '512MB'
 work_mem = '16MB'
 maintenance_work_mem = '512MB'
 logging_collector = off
-log_min_duration_statement = 1000
+# The log (postgres.log beside the data directory) must not hold users' text: no statement
+# text, no bind parameters, no DETAIL lines (they quote key values, e.g. of a unique
+# violation), and no slow-statement logging (it logs the statement). Errors keep one line.
+log_statement = 'none'
+log_min_duration_statement = -1
+log_min_error_statement = panic
+log_parameter_max_length = 0
+log_parameter_max_length_on_error = 0
+log_error_verbosity = terse
 CONF
 }
 
@@ -130,6 +141,7 @@ ENGRAM_ENV=local
 DATABASE_URL=postgresql://$APP_ROLE:$app_pw@127.0.0.1:$PORT/$DB_NAME
 DATABASE_OWNER_URL=postgresql://$OWNER_ROLE:$owner_pw@127.0.0.1:$PORT/$DB_NAME
 ENGRAM_DB_APP_ROLE=$APP_ROLE
+ENGRAM_SECRET_KEY_FILE=$LOCAL/secret_key
 ENV
 )
 }
@@ -140,12 +152,15 @@ start() {
     if [ "$(id -u)" -eq 0 ]; then install -d -o postgres -m 700 "$SOCK"; else install -d -m 700 "$SOCK"; fi
     if running; then
         echo "pg: already running on port $PORT"
+        # engram.conf may have changed; everything in it but the port takes effect on reload.
+        psql_super -d postgres -c "SELECT pg_reload_conf()" >/dev/null
     else
         echo "pg: starting PostgreSQL 17 on 127.0.0.1:$PORT (socket $SOCK, log $LOG)"
         as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null
         touch "$LOCAL/pg.started-by-us"
     fi
     bootstrap
+    secret secret_key 40 >/dev/null
     write_env
 }
 

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_choice, env_int, env_list, env_secret
@@ -57,14 +61,33 @@ def start_django(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_it_requires_a_secret_key_in_production() -> None:
-    result = start_django(DATABASE_URL="postgresql://u:p@127.0.0.1:1/x", ENGRAM_ENV="production")
-    assert result.returncode != 0
-    assert "ENGRAM_SECRET_KEY" in result.stderr
+KEY = secrets.token_urlsafe(50)
+
+
+def test_it_requires_a_secret_key_even_locally() -> None:
+    for env in ("production", "local"):
+        result = start_django(DATABASE_URL="postgresql://u:p@127.0.0.1:1/x", ENGRAM_ENV=env)
+        assert result.returncode != 0
+        assert "Set ENGRAM_SECRET_KEY" in result.stderr
+
+
+def test_it_refuses_a_weak_secret_key() -> None:
+    for weak in ("change-me", "k" * 60):
+        result = start_django(DATABASE_URL="postgresql://u:p@127.0.0.1:1/x", ENGRAM_SECRET_KEY=weak)
+        assert result.returncode != 0
+        assert "ENGRAM_SECRET_KEY is too short" in result.stderr
+
+
+def test_it_runs_the_suite_with_the_generated_local_key() -> None:
+    # scripts/pg.sh generates it into .local/ (mode 600) once and keeps it across runs.
+    assert len(settings.SECRET_KEY) >= 50
+    key_file = os.environ.get("ENGRAM_SECRET_KEY_FILE")
+    if key_file:
+        assert Path(key_file).stat().st_mode & 0o077 == 0
 
 
 def test_it_requires_a_database_url() -> None:
-    result = start_django(ENGRAM_ENV="local")
+    result = start_django(ENGRAM_ENV="local", ENGRAM_SECRET_KEY=KEY)
     assert result.returncode != 0
     assert "DATABASE_URL" in result.stderr
 
@@ -80,7 +103,7 @@ def test_it_starts_with_debug_off_by_default() -> None:
         env={
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "DATABASE_URL": "postgresql://u:p@127.0.0.1:1/x",
-            "ENGRAM_SECRET_KEY": "k" * 50,
+            "ENGRAM_SECRET_KEY": KEY,
         },
         capture_output=True,
         text=True,
