@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -35,3 +37,8 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        # Only the editable columns: the application role may not UPDATE the others
+        # (tenants.db.NARROW_PRIVILEGES), and a plain save() writes every column.
+        obj.save(update_fields=["name", "revoked_at"])

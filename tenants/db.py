@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, LiteralString
 
 from django.apps import apps
 from django.conf import settings
@@ -80,11 +80,27 @@ def enable_row_level_security(table: str) -> migrations.RunSQL:
     )
 
 
+# Tables where the application role gets less than SELECT, INSERT, UPDATE, DELETE, and why.
+NARROW_PRIVILEGES: dict[str, LiteralString] = {
+    # Written by migrate (the owner); reading it lets `migrate --check` run as the app.
+    "django_migrations": "SELECT",
+    # Rows made by migrate (post_migrate, as the owner); the admin and auth only read them.
+    "django_content_type": "SELECT",
+    "auth_permission": "SELECT",
+    # The app mints keys (create_api_key, make run's demo key), renames and revokes them,
+    # refreshes last_used_at, and deletes them with their project; it never changes a key's
+    # hash, prefix or project once made.
+    "tenants_apikey": "SELECT, INSERT, DELETE, UPDATE (name, last_used_at, revoked_at)",
+}
+
+
 def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
     """After each migrate, give the application role what it needs and no more.
 
-    Runs as the owner role. Tables whose model sets `APPEND_ONLY = True` get INSERT and SELECT
-    only (their triggers also refuse UPDATE and DELETE, for every role).
+    Runs as the owner role, in one transaction: everything is revoked and granted again, so
+    a narrowed grant also takes effect on a database migrated before. Tables whose model sets
+    `APPEND_ONLY = True` get INSERT and SELECT only (their triggers also refuse UPDATE and
+    DELETE, for every role); NARROW_PRIVILEGES lists the others that get less than full DML.
     """
     connection = connections[using]
     role: str = settings.ENGRAM_DB_APP_ROLE
@@ -99,17 +115,30 @@ def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
             "ORDER BY nspname DESC"
         )
         schemas = [sql.Identifier(row[0]) for row in cursor.fetchall()]
+        cursor.execute(
+            "SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r' "
+            "AND relnamespace = 'public'::regnamespace",
+            [list(NARROW_PRIVILEGES)],
+        )
+        narrowed = [row[0] for row in cursor.fetchall()]
     grants = (
         "GRANT USAGE ON SCHEMA {} TO {}",
+        "REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}",
         "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}",
         "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}",
     )
     statements = [sql.SQL(g).format(schema, ident) for schema in schemas for g in grants]
+    for table in narrowed:
+        privileges = sql.SQL(NARROW_PRIVILEGES[table])
+        statements += [
+            sql.SQL("REVOKE ALL ON {} FROM {}").format(sql.Identifier(table), ident),
+            sql.SQL("GRANT {} ON {} TO {}").format(privileges, sql.Identifier(table), ident),
+        ]
     statements += [
         sql.SQL("REVOKE UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(sql.Identifier(t), ident)
         for t in append_only
     ]
-    with connection.cursor() as cursor:
+    with transaction.atomic(using=using), connection.cursor() as cursor:
         raw = cursor.connection
         for statement in statements:
             cursor.execute(statement.as_string(raw))
