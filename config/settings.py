@@ -251,9 +251,23 @@ ENGRAM_LLM_MAX_TOKENS = env_int("ENGRAM_LLM_MAX_TOKENS", 2048, minimum=256)
 ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.
 ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
+# Attempts per event, each counted when a worker claims it, before it is FAILED. A failure that
+# cannot succeed on a retry (a malformed payload, a value out of range: memory.pipeline.PERMANENT)
+# fails it at once; others are retried after ENGRAM_EVENT_BACKOFF_MS x 2^attempts (at most 60 s).
 ENGRAM_EVENT_MAX_ATTEMPTS = env_int("ENGRAM_EVENT_MAX_ATTEMPTS", 4, minimum=1)
-# A worker holds an event this long; after that the sweeper may give it to another worker.
-ENGRAM_EVENT_LEASE_SECONDS = env_int("ENGRAM_EVENT_LEASE_SECONDS", 300, minimum=1)
+ENGRAM_EVENT_BACKOFF_MS = env_int("ENGRAM_EVENT_BACKOFF_MS", 1000, minimum=1)
+# A worker's claim on an event lasts this long, and is renewed before each step (each model
+# call, the retrieval, applying), so it must cover one step, not the whole job. The default is
+# the worst case of one model call: ENGRAM_LLM_TIMEOUT per try x (ENGRAM_LLM_MAX_RETRIES + 1)
+# tries, plus the SDK's backoff between tries (at most 8 s each), plus a minute for the rest of
+# a step. Once it lapses (a dead worker), a re-delivered message may claim the event again; a
+# worker that outlived its lease (e.g. a Retry-After longer than the lease, which the SDK obeys)
+# finds its claim token replaced at its next step and drops the event, writing nothing.
+ENGRAM_EVENT_LEASE_SECONDS = env_int(
+    "ENGRAM_EVENT_LEASE_SECONDS",
+    ENGRAM_LLM_TIMEOUT * (ENGRAM_LLM_MAX_RETRIES + 1) + 8 * ENGRAM_LLM_MAX_RETRIES + 60,
+    minimum=1,
+)
 
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

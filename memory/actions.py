@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import MemoryHistory
+from memory.broker import SCHEMA
 from memory.embeddings import embed
 from memory.models import (
     SCOPE_FIELDS,
@@ -279,7 +280,11 @@ def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
 
 
 def stale_events(now: datetime, pending_for: timedelta) -> list[tuple[str, str]]:
-    """(event id, project id) of events whose message may be lost or whose worker died."""
+    """(event id, project id) of unfinished events that no queue message will deliver any more.
+
+    PENDING for longer than `pending_for`, or RUNNING under an expired lease, and without a
+    message queued, delayed or held by a worker (see memory/management/commands/sweep_events.py).
+    """
     found = []
     for project_id in Project.objects.values_list("pk", flat=True):
         with project_context(project_id):
@@ -288,4 +293,28 @@ def stale_events(now: datetime, pending_for: timedelta) -> list[tuple[str, str]]
                 | Q(status=MemoryEvent.Status.RUNNING, lease_until__lt=now)
             ).values_list("pk", flat=True)
             found += [(str(pk), str(project_id)) for pk in stale]
-    return found
+    in_queue = events_in_queue([event_id for event_id, _ in found])
+    return [(event_id, project_id) for event_id, project_id in found if event_id not in in_queue]
+
+
+def events_in_queue(event_ids: Sequence[str]) -> set[str]:
+    """Those of `event_ids` that have a process_event message in dramatiq-postgres's queue table.
+
+    'queued' covers messages waiting, due or delayed (a delayed one waits in the queue's ".DQ"
+    twin until its available_at); 'consumed' ones are held by a worker, and go back to 'queued'
+    if that worker dies (the broker's reaper). Acknowledged messages are deleted; 'rejected'
+    ones are dead.
+    """
+    from memory.tasks import process_event
+
+    if not event_ids:
+        return set()
+    # Served by the index of migration 0009 (same expressions).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT message->'args'->>0 FROM {SCHEMA}.queue "  # noqa: S608 - a constant
+            "WHERE message->>'actor_name' = %s AND message->'args'->>0 = ANY(%s) "
+            "AND state IN ('queued', 'consumed')",
+            [process_event.actor_name, list(event_ids)],
+        )
+        return {row[0] for row in cursor.fetchall()}

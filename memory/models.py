@@ -202,6 +202,9 @@ class MemoryEvent(Scoped):
 
     PENDING -> RUNNING (claimed with a lease) -> SUCCEEDED | FAILED. Processing is idempotent:
     a claim is a conditional update, and results are written with the status in one transaction.
+    Each claim gets a fresh `claim_id`; a worker writes to the event (renewing the lease, results,
+    a failure) only while the token is still its own, so a worker whose lease ran out and whose
+    event another worker has claimed since cannot overwrite the newer claim (memory.pipeline).
     """
 
     class Status(models.TextChoices):
@@ -220,6 +223,7 @@ class MemoryEvent(Scoped):
     extractor = models.CharField(max_length=20, blank=True, default="")
     attempts = models.PositiveSmallIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
+    claim_id = models.UUIDField(null=True, blank=True, editable=False)  # the current claim's token
     # Token usage ({"calls", "input_tokens", "output_tokens"}) and timings in milliseconds.
     usage = models.JSONField(default=dict, blank=True)
     timings = models.JSONField(default=dict, blank=True)

@@ -2,12 +2,26 @@
 
 Extract, retrieve, decide, apply.
 
-`process_event` is what a worker runs. It is safe to run twice: the event is claimed with a
-conditional update, and decisions are applied in the same transaction that marks it SUCCEEDED.
+`attempt` is what a worker runs, once per delivery of the event's message:
+
+- `claim` takes the event in a transaction of its own, committed before any other work
+  (status RUNNING, attempts + 1, a lease, a fresh claim token), so every attempt counts, however
+  it ends. An event whose attempts are used up is FAILED there instead of run again.
+- `run` does the work, renewing the lease before each step (each model call, the retrieval,
+  applying), so the lease bounds one step rather than the whole job.
+- Every failure is recorded by `release`: one that can never succeed (`PERMANENT`: a malformed
+  payload, a value out of range, a bug) fails the event at once; any other one puts it back to
+  PENDING for a retry with backoff, until ENGRAM_EVENT_MAX_ATTEMPTS, then FAILED.
+- Renewing, applying, releasing and failing happen only under the worker's own claim token: a
+  worker whose lease ran out and whose event was claimed since (`LostClaimError`) drops it
+  without writing anything, and asks for no retry.
+
+It is safe to run twice: decisions are applied in the transaction that marks it SUCCEEDED.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -16,8 +30,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.core.exceptions import ValidationError
+from django.db import DataError, transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -29,8 +44,25 @@ from memory.llm import Context, Decision, Existing, Extractor, Fact, ModelOutput
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary
 from tenants.db import project_context
 
+logger = logging.getLogger(__name__)
+
 NEIGHBOURS = 5  # existing memories shown to the model per candidate fact
 RECENT_TURNS = 10
+MAX_BACKOFF_MS = 60_000
+
+# Failures that a retry cannot cure: the same payload through the same code raises them again
+# (a malformed payload, a timestamp or date out of range, a value the database refuses, a bug).
+# The event fails at once instead of spending its attempts. Anything else (model rate limits,
+# 5xx and timeouts, OperationalError, StaleDecisionError, ...) is retried with backoff.
+PERMANENT: tuple[type[Exception], ...] = (
+    ValueError,  # also UnicodeError, and pydantic's and JSON's decoding errors
+    LookupError,  # KeyError, IndexError
+    TypeError,
+    AttributeError,
+    ArithmeticError,  # OverflowError, ZeroDivisionError
+    DataError,
+    ValidationError,
+)
 
 
 class StaleDecisionError(RuntimeError):
@@ -41,10 +73,24 @@ class StaleDecisionError(RuntimeError):
     """
 
 
-@dataclass
-class Run:
+class LostClaimError(RuntimeError):
+    """The event is no longer RUNNING under this worker's claim.
+
+    Its lease ran out and another worker claimed it, or it was finished meanwhile: the worker
+    drops it without writing to it.
+    """
+
+
+@dataclass(frozen=True)
+class Claim:
     event_id: uuid.UUID
     project_id: uuid.UUID
+    token: uuid.UUID
+
+
+@dataclass
+class Run:
+    claim: Claim
     scope: dict[str, Any]
     started: float
     usage: Usage
@@ -59,76 +105,144 @@ class Prepared:
     neighbours: list[list[Existing]]
 
 
-def claim(event_id: uuid.UUID) -> bool:
-    """Take the event if it is pending, or running with an expired lease (a worker died)."""
+def attempt(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> int | None:
+    """Run one attempt at the event; return the delay (ms) before the next one, or None."""
+    claimed = claim(event_id, project_id)
+    if claimed is None:
+        return None  # finished, failed for good, or another worker holds it
+    try:
+        run(claimed, extractor)
+    except LostClaimError:
+        logger.warning("event %s: claimed by another worker meanwhile, dropped", event_id)
+        return None
+    # Every failure, of whatever kind, must end as a recorded attempt: none may escape to leave
+    # the event RUNNING until its lease runs out.
+    except Exception as exc:
+        released = release(claimed, exc)
+        if released is None:
+            logger.warning("event %s failed after another worker claimed it", event_id)
+            return None
+        if released.status != MemoryEvent.Status.PENDING:
+            logger.exception("event %s failed for good (attempt %s)", event_id, released.attempts)
+            return None
+        logger.warning("event %s failed (attempt %s), retrying", event_id, released.attempts)
+        return backoff(released.attempts)
+    return None
+
+
+def backoff(attempts: int) -> int:
+    return int(min(MAX_BACKOFF_MS, settings.ENGRAM_EVENT_BACKOFF_MS * 2**attempts))
+
+
+def process_event(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> None:
+    """Claim the event and run it; failures go through (a worker's `attempt` records them)."""
+    claimed = claim(event_id, project_id)
+    if claimed is not None:
+        run(claimed, extractor)
+
+
+def claim(event_id: uuid.UUID, project_id: uuid.UUID) -> Claim | None:
+    """Take the event if it is pending, or running under an expired lease (its worker died).
+
+    Committed on its own (a worker calls it outside any transaction), before any other work,
+    so that the attempt counts whatever happens next. An event whose attempts are used up is
+    FAILED instead.
+    """
     now = timezone.now()
     claimable = Q(status=MemoryEvent.Status.PENDING) | Q(
         status=MemoryEvent.Status.RUNNING, lease_until__lt=now
     )
-    return bool(
-        MemoryEvent.objects.filter(claimable, pk=event_id).update(
-            status=MemoryEvent.Status.RUNNING,
-            attempts=F("attempts") + 1,
-            lease_until=now + timedelta(seconds=settings.ENGRAM_EVENT_LEASE_SECONDS),
-            started_at=now,
-        )
+    with project_context(project_id):
+        # Two workers racing: the second waits for the first's lock, then no longer matches.
+        event = MemoryEvent.objects.select_for_update().filter(claimable, pk=event_id).first()
+        if event is None:
+            return None
+        if event.attempts >= settings.ENGRAM_EVENT_MAX_ATTEMPTS:
+            # Its last worker died (or hit the time limit) before it could record a failure.
+            died = f"the worker stopped without finishing (lease expired), attempt {event.attempts}"
+            _finish(
+                event,
+                MemoryEvent.Status.FAILED,
+                f"{died}; before: {event.error}" if event.error else died,
+            )
+            return None
+        event.status, event.attempts, event.claim_id = (
+            MemoryEvent.Status.RUNNING, event.attempts + 1, uuid.uuid4()
+        )  # fmt: skip
+        event.lease_until, event.started_at = now + _lease(), now
+        event.save(update_fields=["status", "attempts", "claim_id", "lease_until", "started_at"])
+    return Claim(event_id, project_id, event.claim_id)
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.ENGRAM_EVENT_LEASE_SECONDS)
+
+
+def _held(claimed: Claim) -> QuerySet[MemoryEvent]:
+    """The event, if it is still RUNNING under this claim (zero or one row)."""
+    return MemoryEvent.objects.filter(
+        pk=claimed.event_id, status=MemoryEvent.Status.RUNNING, claim_id=claimed.token
     )
 
 
-def process_event(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> None:
+def renew(claimed: Claim) -> None:
+    """Extend the lease of a claim still held (before each step); else raise LostClaimError."""
+    with project_context(claimed.project_id):
+        held = _held(claimed).update(lease_until=timezone.now() + _lease())
+    if not held:
+        raise LostClaimError(f"event {claimed.event_id} is no longer held by this claim")
+
+
+def run(claimed: Claim, extractor: Extractor) -> None:
+    """Extract, retrieve, decide and apply, renewing the lease before each step."""
     started = time.perf_counter()
-    with project_context(project_id):
-        if not claim(event_id):
-            return
-        event = MemoryEvent.objects.get(pk=event_id)
+    with project_context(claimed.project_id):
+        event = MemoryEvent.objects.get(pk=claimed.event_id)
         scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
         context = build_context(event, scope)
+    job = Run(claimed, scope, started, Usage(), extractor.name)
     if event.payload.get("memory_type") == "procedural_memory":
-        store_procedure(event, scope, context, extractor, started)
+        store_procedure(event, job, context, extractor)
         return
     try:
+        renew(claimed)
         facts, usage = extractor.extract(context)
-        prepared = prepare(project_id, scope, facts)
+        renew(claimed)
+        prepared = prepare(claimed.project_id, scope, facts)
         open_facts = [i for i in range(len(facts)) if i not in prepared.duplicates]
-        decisions, decide_usage = (
-            extractor.decide(
+        decisions, decide_usage = None, Usage()
+        if open_facts:
+            renew(claimed)
+            decisions, decide_usage = extractor.decide(
                 [facts[i] for i in open_facts], [prepared.neighbours[i] for i in open_facts]
             )
-            if open_facts
-            else (None, Usage())
-        )
     except ModelOutputError as exc:
-        mark_failed(event_id, project_id, str(exc))
+        mark_failed(claimed, str(exc))
         return
     usage.add(decide_usage)
+    job.usage = usage
     chosen = [
         Decision(d.event, open_facts[d.fact], d.memory_id, d.text)
         for d in (decisions.decisions if decisions else [])
     ]
-    rejected = decisions.rejected if decisions else []
-    run = Run(event_id, project_id, scope, started, usage, extractor.name)
-    apply(run, prepared, chosen, rejected)
+    renew(claimed)
+    apply(job, prepared, chosen, decisions.rejected if decisions else [])
 
 
-def store_procedure(
-    event: MemoryEvent,
-    scope: dict[str, Any],
-    context: Context,
-    extractor: Extractor,
-    started: float,
-) -> None:
+def store_procedure(event: MemoryEvent, job: Run, context: Context, extractor: Extractor) -> None:
     """Procedural memory: one summary of the agent's steps, stored as one memory (as Mem0)."""
     try:
-        summary, usage = extractor.procedure(context)
+        renew(job.claim)
+        summary, job.usage = extractor.procedure(context)
     except ModelOutputError as exc:
-        mark_failed(event.id, event.project_id, str(exc))
+        mark_failed(job.claim, str(exc))
         return
     fact = Fact(summary, None, 1.0, tuple(t.position for t in context.new_messages))
     decision = Decision("ADD", 0, None, summary)
     metadata = {**(event.payload.get("metadata") or {}), "memory_type": "procedural_memory"}
     prepared = Prepared([fact], embed([summary]), {}, [[]])
-    run = Run(event.id, event.project_id, scope, started, usage, extractor.name)
-    apply(run, prepared, [decision], [], metadata=metadata)
+    renew(job.claim)
+    apply(job, prepared, [decision], [], metadata=metadata)
 
 
 def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
@@ -207,10 +321,11 @@ def apply(
     texts = [d.text for d in decisions if d.event in ("ADD", "UPDATE") and d.text not in vectors]
     if texts:
         vectors.update(zip(texts, embed(texts), strict=True))
-    with project_context(run.project_id):
-        event = MemoryEvent.objects.select_for_update().get(pk=run.event_id)
-        if event.status != MemoryEvent.Status.RUNNING:
-            return  # another run finished it
+    claimed = run.claim
+    with project_context(claimed.project_id):
+        event = _held(claimed).select_for_update().first()
+        if event is None:
+            raise LostClaimError(f"event {claimed.event_id} is no longer held by this claim")
         results = [
             {"id": str(m.id), "memory": m.text, "event": "NONE"}
             for m in prepared.duplicates.values()
@@ -245,7 +360,7 @@ def apply(
         event.timings = {"total_ms": round((time.perf_counter() - run.started) * 1000, 1)}
         event.save()
         # The running summary is refreshed off the extraction path, once this has committed.
-        args = (str(run.event_id), str(run.project_id))
+        args = (str(claimed.event_id), str(claimed.project_id))
         transaction.on_commit(lambda: tasks.refresh_summary.send(*args))
 
 
@@ -332,30 +447,41 @@ def _new_memory(  # noqa: PLR0917 - one private call site
     )
 
 
-def mark_failed(event_id: uuid.UUID, project_id: uuid.UUID, error: str) -> None:
-    with project_context(project_id):
-        MemoryEvent.objects.filter(pk=event_id).update(
-            status=MemoryEvent.Status.FAILED,
-            error=error[:5000],
-            completed_at=timezone.now(),
-            lease_until=None,
+def mark_failed(claimed: Claim, error: str) -> bool:
+    """FAILED for good, if the event is still held by this claim (else False, nothing written)."""
+    with project_context(claimed.project_id):
+        event = _held(claimed).select_for_update().first()
+        if event is None:
+            return False
+        _finish(event, MemoryEvent.Status.FAILED, error)
+        return True
+
+
+def release(claimed: Claim, failure: Exception) -> MemoryEvent | None:
+    """Record a failed attempt: back to PENDING for a retry, or FAILED for good.
+
+    FAILED at once when the failure is PERMANENT, or after ENGRAM_EVENT_MAX_ATTEMPTS. Returns the
+    event, or None (nothing written) when the event is no longer held by this claim.
+    """
+    with project_context(claimed.project_id):
+        event = _held(claimed).select_for_update().first()
+        if event is None:
+            return None
+        final = isinstance(failure, PERMANENT) or (
+            event.attempts >= settings.ENGRAM_EVENT_MAX_ATTEMPTS
         )
+        status = MemoryEvent.Status.FAILED if final else MemoryEvent.Status.PENDING
+        _finish(event, status, repr(failure))
+        return event
 
 
-def release(event_id: uuid.UUID, project_id: uuid.UUID, error: str, max_attempts: int) -> int:
-    """After a failed attempt: back to PENDING for a retry, or FAILED for good. Returns attempts."""
-    with project_context(project_id):
-        event = MemoryEvent.objects.select_for_update().get(pk=event_id)
-        if event.status != MemoryEvent.Status.RUNNING:
-            return event.attempts
-        event.error = error[:5000]
-        event.lease_until = None
-        if event.attempts >= max_attempts:
-            event.status, event.completed_at = MemoryEvent.Status.FAILED, timezone.now()
-        else:
-            event.status = MemoryEvent.Status.PENDING
-        event.save(update_fields=["status", "error", "lease_until", "completed_at"])
-        return event.attempts
+def _finish(event: MemoryEvent, status: str, error: str) -> None:
+    """End the current claim: PENDING again, or FAILED (in the caller's transaction)."""
+    event.status, event.error = status, error[:5000]
+    event.lease_until, event.claim_id = None, None
+    if status == MemoryEvent.Status.FAILED:
+        event.completed_at = timezone.now()
+    event.save(update_fields=["status", "error", "lease_until", "claim_id", "completed_at"])
 
 
 def refresh_summary(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> None:

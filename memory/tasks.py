@@ -2,37 +2,35 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 
 import dramatiq
-from django.conf import settings
 
 from memory import pipeline
 from memory.llm import get_extractor
 
-logger = logging.getLogger(__name__)
+
+def _retry_when(retries: int, exception: BaseException) -> bool:
+    """Re-queue a message only when the actor asked for it (the event row counts attempts)."""
+    return isinstance(exception, dramatiq.Retry)
 
 
-@dramatiq.actor(queue_name="events", max_retries=0, time_limit=15 * 60 * 1000)
+@dramatiq.actor(queue_name="events", retry_when=_retry_when, time_limit=15 * 60 * 1000)
 def process_event(event_id: str, project_id: str) -> None:
-    """Run one add request's extraction. Failures are retried through the event row.
+    """Run one attempt at an add request's extraction (memory.pipeline.attempt).
 
-    A transient failure (rate limit, server error, timeout) puts the event back to PENDING
-    and re-sends it with backoff; after ENGRAM_EVENT_MAX_ATTEMPTS the event is FAILED with the
-    error recorded. Nothing is applied unless the whole event succeeds (pipeline.apply).
+    A failed attempt that may succeed later leaves the event PENDING and raises Retry: dramatiq's
+    Retries middleware puts this same message back on the queue with the backoff as its delay
+    (dramatiq-postgres upserts it under its own message id), so an event never has more than
+    one message. When the event is finished, FAILED, or no longer this worker's to run, the
+    message is simply done: the chain of retries cannot outlive the event's attempts.
+
+    Anything that escapes (the database unreachable while claiming or recording) fails the
+    message; the sweeper re-sends the event once no message is left for it.
     """
-    event, project = uuid.UUID(event_id), uuid.UUID(project_id)
-    try:
-        pipeline.process_event(event, project, get_extractor())
-    except Exception as exc:
-        attempts = pipeline.release(event, project, repr(exc), settings.ENGRAM_EVENT_MAX_ATTEMPTS)
-        if attempts < settings.ENGRAM_EVENT_MAX_ATTEMPTS:
-            delay = min(60_000, 1000 * 2**attempts)
-            logger.warning("event %s failed (attempt %s), retrying", event_id, attempts)
-            process_event.send_with_options(args=(event_id, project_id), delay=delay)
-        else:
-            logger.exception("event %s failed for good after %s attempts", event_id, attempts)
+    delay = pipeline.attempt(uuid.UUID(event_id), uuid.UUID(project_id), get_extractor())
+    if delay is not None:
+        raise dramatiq.Retry(f"event {event_id}: next attempt", delay=delay)
 
 
 @dramatiq.actor(queue_name="summaries", max_retries=3, time_limit=5 * 60 * 1000)

@@ -22,7 +22,6 @@ from memory import pipeline
 from memory.actions import stale_events
 from memory.llm import ClaudeExtractor
 from memory.models import Memory, MemoryEvent
-from memory.tasks import process_event
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth, make_key
@@ -167,18 +166,24 @@ def test_it_reruns_the_event_of_a_killed_worker_once(
         stop(first, signal.SIGKILL)  # mid-event: the model has not answered yet
     assert status() == "RUNNING"
     time.sleep(2.5)  # the lease runs out
-    stale = stale_events(timezone.now(), timedelta(minutes=1))
-    assert [e for e, _ in stale] == [event_id]
+    # The dead worker still holds the event's message: the sweeper sends no second one, and
+    # leaves it to the broker, which re-queues the messages of a worker whose heartbeat stopped.
+    assert stale_events(timezone.now(), timedelta(minutes=1)) == []
+    with connections["default"].cursor() as cursor:  # as if its heartbeat had run out (60 s)
+        cursor.execute("UPDATE dramatiq.worker SET heartbeat_at = now() - interval '1 hour'")
     second = start_worker(**claude)
     try:
-        for stale_id, project_id in stale:
-            process_event.send(stale_id, project_id)
         assert wait_for(lambda: status() == "SUCCEEDED"), status()
     finally:
         stop(second)
     with project_context(key.key.project_id):
         assert list(Memory.objects.values_list("text", flat=True)) == ["User likes tea"]
         assert MemoryEvent.objects.get(pk=event_id).attempts == 2
+    tools = [r["body"]["tool_choice"]["name"] for r in fake_claude.requests]
+    # The killed call, then one run: nothing was processed twice.
+    assert [t for t in tools if t != "record_summary"] == [
+        "record_facts", "record_facts", "record_decisions"
+    ]  # fmt: skip
 
 
 def location_model(body: dict[str, Any]) -> dict[str, Any]:
@@ -211,11 +216,13 @@ def test_it_loses_no_update_when_two_events_race(
     outcomes: dict[Any, str] = {}
 
     def work(event: MemoryEvent) -> None:
+        claimed = pipeline.claim(event.id, project.pk)
+        assert claimed is not None
         try:
-            pipeline.process_event(event.id, project.pk, extractor)
+            pipeline.run(claimed, extractor)
             outcomes[event.id] = "applied"
-        except pipeline.StaleDecisionError:
-            pipeline.release(event.id, project.pk, "stale", max_attempts=4)
+        except pipeline.StaleDecisionError as exc:
+            pipeline.release(claimed, exc)  # back to PENDING: a retry decides afresh
             outcomes[event.id] = "stale"
         finally:
             connections.close_all()

@@ -1,9 +1,10 @@
-"""The worker's actor: retries through the event row, then FAILED with nothing applied."""
+"""The worker's actor: retries through the event row (re-queuing its own message), then FAILED."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import dramatiq
 import pytest
 from django.test import override_settings
 
@@ -34,8 +35,13 @@ class TasksTestCase(BaseTestCase):
         with project_context(self.project.pk):
             self.event = MemoryEvent.objects.create(project=self.project, payload=payload, **SCOPE)
 
-    def run_actor(self) -> MemoryEvent:
-        process_event(str(self.event.id), str(self.project.pk))
+    def run_actor(self, *, retry: bool = False) -> MemoryEvent:
+        """One delivery of the event's message; `retry`: the actor must ask for another."""
+        if retry:
+            with pytest.raises(dramatiq.Retry):
+                process_event(str(self.event.id), str(self.project.pk))
+        else:
+            process_event(str(self.event.id), str(self.project.pk))
         with project_context(self.project.pk):
             return MemoryEvent.objects.get(pk=self.event.pk)
 
@@ -46,7 +52,7 @@ class TasksTestCase(BaseTestCase):
 
     def test_it_puts_a_failed_attempt_back_and_fails_after_the_last(self) -> None:
         self.fake.script(*[Reply(status=529, error_type="overloaded_error")] * 4)
-        first = self.run_actor()
+        first = self.run_actor(retry=True)
         assert (first.status, first.attempts) == ("PENDING", 1)
         assert first.error
         last = self.run_actor()
@@ -56,7 +62,7 @@ class TasksTestCase(BaseTestCase):
 
     def test_it_fails_after_timeouts(self) -> None:
         self.fake.script(*[Reply({"facts": []}, delay=2)] * 4)
-        self.run_actor()
+        self.run_actor(retry=True)
         failed = self.run_actor()
         assert failed.status == "FAILED"
         assert "Timeout" in failed.error

@@ -1,7 +1,25 @@
-"""Re-send add requests whose queue message was lost or whose worker died.
+"""Re-send add requests that no queue message will deliver any more.
 
-Processing is idempotent (an event is claimed with a conditional update), so a re-sent event
-that is in fact still queued or running is harmless.
+An event is stale when it stayed PENDING longer than --pending-seconds, or is RUNNING under an
+expired lease (its worker died). It is re-sent only if dramatiq-postgres's queue holds no message
+for it, which the sweeper asks the queue itself (memory.actions.events_in_queue):
+
+- dramatiq-postgres keeps every live message as one row of `dramatiq.queue`, keyed by its
+  message id, with the actor's arguments (event id first) in its JSON: 'queued' while it waits,
+  delayed ones included (they sit in the ".DQ" queue until their available_at); 'consumed' while
+  a worker holds it, and put back to 'queued' by the broker's reaper if that worker stops
+  heartbeating; deleted once acknowledged, 'rejected' once failed.
+- A retry re-queues the very message it is running (memory.tasks), so an event's message keeps
+  one id from its first send to its last attempt.
+
+So the queue table is the single source of truth on whether a message is in flight, and it
+is checked at the moment of sending. Recording on the event when it was last sent would be a
+second copy that can disagree with it: a send that fails after the record is written, a
+message the broker re-queues or deletes on its own. An event whose worker died is therefore
+left to the broker's reaper as long as the worker's message exists; the sweeper covers messages
+that are gone (a send lost when the broker was unreachable, a message that failed outright).
+
+Sweeps hold an advisory lock, so two sweepers never both re-send the same event.
 """
 
 from __future__ import annotations
@@ -11,16 +29,35 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection, transaction
 from django.utils import timezone
 
 from memory.actions import stale_events
 from memory.tasks import process_event
 
+LOCK = "engram.sweep_events"
+
+
+def sweep(pending_for: timedelta) -> int:
+    """Send each stale event once; return how many were sent (0 if another sweep is running)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Held until this transaction ends, after the sends (committed by the broker's own
+        # connection), so the next sweep finds their messages.
+        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [LOCK])
+        row = cursor.fetchone()
+        if not (row and row[0]):
+            return 0
+        stale = stale_events(timezone.now(), pending_for)
+        for event_id, project_id in stale:
+            process_event.send(event_id, project_id)
+    return len(stale)
+
 
 class Command(BaseCommand):
     help = (
         "Re-send events that stayed PENDING longer than --pending-seconds, or whose worker's "
-        "lease expired. With --loop N, repeat every N seconds (make run does this)."
+        "lease expired, and that have no message queued, delayed or held by a worker. With "
+        "--loop N, repeat every N seconds (make run does this)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -29,11 +66,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         while True:
-            stale = stale_events(timezone.now(), timedelta(seconds=options["pending_seconds"]))
-            for event_id, project_id in stale:
-                process_event.send(event_id, project_id)
-            if stale and options["verbosity"] > 0:
-                self.stdout.write(f"re-sent {len(stale)} events")
+            sent = sweep(timedelta(seconds=options["pending_seconds"]))
+            if sent and options["verbosity"] > 0:
+                self.stdout.write(f"re-sent {sent} events")
             if not options["loop"]:
                 return
             time.sleep(options["loop"])
