@@ -12,13 +12,15 @@ The pipeline (retrieval, applying decisions, events) uses these through `Extract
 
 from __future__ import annotations
 
+import email.utils
 import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any, Literal, Protocol
 
+import httpx
 from anthropic.types import MessageParam, ToolChoiceToolParam, ToolParam
 from pydantic import BaseModel, Field, ValidationError
 
@@ -195,6 +197,33 @@ candidate itself is new information, also ADD it.
 Only use ids that are listed."""
 
 
+# The SDK waits as long as a Retry-After header asks, without a bound. Within one attempt a
+# worker waits at most this long (the lease is sized for it); a longer wait is left to the
+# event's own retry with backoff (memory.pipeline), so no worker thread sleeps for an hour.
+MAX_RETRY_AFTER_SECONDS = 8.0
+
+
+def retry_after_seconds(headers: httpx.Headers) -> float | None:
+    """What the server asks to wait (Retry-After-Ms, Retry-After in seconds or as a date)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return float(headers[name]) * scale
+        except (KeyError, ValueError):
+            continue
+    try:
+        when = email.utils.parsedate_to_datetime(headers["retry-after"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (when - datetime.now(tz=when.tzinfo or UTC)).total_seconds()
+
+
+def no_long_retry_waits(response: httpx.Response) -> None:
+    """httpx response hook: a response asking for a long wait is not retried by the SDK."""
+    wait = retry_after_seconds(response.headers)
+    if wait is not None and wait > MAX_RETRY_AFTER_SECONDS:
+        response.headers["x-should-retry"] = "false"
+
+
 class ClaudeExtractor:
     name = "claude"
 
@@ -213,7 +242,13 @@ class ClaudeExtractor:
         self.model = model
         self.max_tokens = max_tokens
         self.client = anthropic.Anthropic(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            http_client=anthropic.DefaultHttpxClient(
+                event_hooks={"response": [no_long_retry_waits]}
+            ),
         )
 
     def _call(self, system: str, prompt: str, tool: ToolParam) -> tuple[dict[str, Any], Usage]:

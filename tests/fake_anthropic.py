@@ -29,6 +29,7 @@ class Reply:
     error_type: str = "api_error"
     delay: float = 0.0
     usage: tuple[int, int] = (120, 40)
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "3600"}
 
 
 @dataclass
@@ -60,7 +61,7 @@ def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
             time.sleep(reply.delay)
             if reply.status != 200:
                 error = {"type": reply.error_type, "message": "scripted failure"}
-                return self._send(reply.status, {"type": "error", "error": error})
+                return self._send(reply.status, {"type": "error", "error": error}, reply.headers)
             name = (body.get("tool_choice") or {}).get("name")
             tool_input = reply.respond(body) if reply.respond else reply.tool_input
             content = [{"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
@@ -72,11 +73,15 @@ def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
                 "usage": {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]},
             })  # fmt: skip
 
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
+        def _send(
+            self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             # The client may have timed out and gone away.
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import date
 
 import anthropic
+import httpx
 import pytest
 
 from memory.llm import (
@@ -16,6 +18,7 @@ from memory.llm import (
     ModelOutputError,
     OfflineExtractor,
     Turn,
+    retry_after_seconds,
 )
 from tests.fake_anthropic import FakeClaude, Reply
 
@@ -99,6 +102,39 @@ def test_it_retries_a_rate_limit_then_succeeds(fake_claude: FakeClaude) -> None:
     facts, _ = claude(fake_claude, retries=2).extract(context("I like tea"))
     assert [f.text for f in facts] == ["User likes tea"]
     assert len(fake_claude.requests) == 2
+
+
+def test_a_long_retry_after_is_left_to_the_events_own_retry(fake_claude: FakeClaude) -> None:
+    # The SDK would sleep as long as the header says; the worker's thread must not.
+    fake_claude.script(
+        Reply(status=429, error_type="rate_limit_error", headers={"retry-after": "3600"}),
+        Reply({"facts": []}),
+    )
+    started = time.monotonic()
+    with pytest.raises(anthropic.RateLimitError):
+        claude(fake_claude, retries=2).extract(context("I like tea"))
+    assert len(fake_claude.requests) == 1
+    assert time.monotonic() - started < 60  # not an hour; the exact time is not the point
+
+
+def test_a_short_retry_after_is_honoured_within_the_attempt(fake_claude: FakeClaude) -> None:
+    fake_claude.script(
+        Reply(status=429, error_type="rate_limit_error", headers={"retry-after-ms": "50"}),
+        Reply({"facts": []}),
+    )
+    facts, _ = claude(fake_claude, retries=2).extract(context("I like tea"))
+    assert facts == []
+    assert len(fake_claude.requests) == 2
+
+
+def test_retry_after_is_read_like_the_sdk_reads_it() -> None:
+    assert retry_after_seconds(httpx.Headers({"retry-after": "3600"})) == 3600.0
+    assert retry_after_seconds(httpx.Headers({"retry-after-ms": "250", "retry-after": "9"})) == 0.25
+    past = retry_after_seconds(httpx.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}))
+    assert past is not None
+    assert past < 0
+    assert retry_after_seconds(httpx.Headers({})) is None
+    assert retry_after_seconds(httpx.Headers({"retry-after": "soon"})) is None
 
 
 def test_it_gives_up_after_timeouts(fake_claude: FakeClaude) -> None:
