@@ -260,9 +260,9 @@ ENGRAM_EVENT_BACKOFF_MS = env_int("ENGRAM_EVENT_BACKOFF_MS", 1000, minimum=1)
 # call, the retrieval, applying), so it must cover one step, not the whole job. The default is
 # the worst case of one model call: ENGRAM_LLM_TIMEOUT per try x (ENGRAM_LLM_MAX_RETRIES + 1)
 # tries, plus the SDK's backoff between tries (at most 8 s each), plus a minute for the rest of
-# a step. Once it lapses (a dead worker), a re-delivered message may claim the event again; a
-# worker that outlived its lease (e.g. a Retry-After longer than the lease, which the SDK obeys)
-# finds its claim token replaced at its next step and drops the event, writing nothing.
+# a step (a model's Retry-After over 8 s ends the attempt instead: memory.llm). Once it lapses
+# (a dead worker), a re-delivered message may claim the event again; a worker that outlived its
+# lease finds its claim token replaced at its next step and drops the event, writing nothing.
 ENGRAM_EVENT_LEASE_SECONDS = env_int(
     "ENGRAM_EVENT_LEASE_SECONDS",
     ENGRAM_LLM_TIMEOUT * (ENGRAM_LLM_MAX_RETRIES + 1) + 8 * ENGRAM_LLM_MAX_RETRIES + 60,
