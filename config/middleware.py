@@ -4,15 +4,19 @@ the body size limit (chunked bodies included) and the Content-Security-Policy he
 from __future__ import annotations
 
 import contextvars
+import io
 import ipaddress
 import logging
 import re
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _client_request_id: contextvars.ContextVar[str] = contextvars.ContextVar(
@@ -93,17 +97,39 @@ def client_address(request: HttpRequest) -> str | None:
     return _ip_address(request.META.get("REMOTE_ADDR"))
 
 
-def _is_chunked(environ: dict[str, Any]) -> bool:
+def _is_chunked(environ: WSGIEnvironment | dict[str, Any]) -> bool:
     return (
         not environ.get("CONTENT_LENGTH")
         and "chunked" in str(environ.get("HTTP_TRANSFER_ENCODING", "")).lower()
     )
 
 
+class ChunkedBodyMiddleware:
+    """WSGI middleware: hand Django a chunked request body (Transfer-Encoding: chunked).
+
+    Django reads exactly CONTENT_LENGTH bytes, so a body sent without a length looks empty to
+    it. When the server has decoded the chunks and says where the body ends (gunicorn sets
+    `wsgi.input_terminated`), read at most the body limit plus one byte and pass it on with its
+    length; a longer body then gets BodySizeLimitMiddleware's 413 without being read further.
+    """
+
+    def __init__(self, app: WSGIApplication) -> None:
+        self.app = app
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if _is_chunked(environ) and environ.get("wsgi.input_terminated"):
+            limit: int = settings.ENGRAM_MAX_BODY_BYTES
+            body = environ["wsgi.input"].read(limit + 1)
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+        return self.app(environ, start_response)
+
+
 class BodySizeLimitMiddleware:
     """Refuse a body over ENGRAM_MAX_BODY_BYTES with 413 before anything reads it.
 
-    A chunked body (no Content-Length) gets 411 rather than being silently taken as empty.
+    A chunked body arrives here with its length (ChunkedBodyMiddleware) under gunicorn; a
+    server that cannot tell where it ends gets 411 rather than a body silently taken as empty.
     """
 
     def __init__(self, get_response: Handler) -> None:

@@ -4,6 +4,9 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from config.middleware import ChunkedBodyMiddleware
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-application = get_wsgi_application()
+# A chunked request body (no Content-Length) reaches Django read and measured.
+application = ChunkedBodyMiddleware(get_wsgi_application())

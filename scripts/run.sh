@@ -47,8 +47,9 @@ mint_key() {
 
 trap 'echo; echo "Stopping…"; stop; exit 0' INT TERM
 
-"$BIN/gunicorn" config.wsgi:application --bind "127.0.0.1:$PORT" \
-    --workers "${ENGRAM_WEB_WORKERS:-2}" --threads "${ENGRAM_WEB_THREADS:-1}" --access-logfile - &
+# Workers, threads, JSON error replies and the access log format: config/gunicorn_conf.py
+# (ENGRAM_WEB_WORKERS, ENGRAM_WEB_THREADS).
+"$BIN/gunicorn" -c config/gunicorn_conf.py --bind "127.0.0.1:$PORT" &
 echo $! >> "$PIDS"
 
 # The extraction worker (Dramatiq on the Postgres broker) and the sweeper that re-sends events

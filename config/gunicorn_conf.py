@@ -1,0 +1,30 @@
+"""gunicorn settings: `gunicorn -c config/gunicorn_conf.py [--bind HOST:PORT]`.
+
+Used by scripts/run.sh (`make run`) and the Docker image. gunicorn runs this file itself;
+values come from the environment through config.env, like the Django settings.
+"""
+
+from __future__ import annotations
+
+from config.env import env_int
+
+wsgi_app = "config.wsgi:application"
+
+# One process per core, one thread each: embedding and search are CPU-bound (bench/).
+workers = env_int("ENGRAM_WEB_WORKERS", 2, minimum=1)
+threads = env_int("ENGRAM_WEB_THREADS", 1, minimum=1)
+# gunicorn switches "sync" to "gthread" by itself for threads > 1, but not a custom class.
+worker_class = (
+    "config.gunicorn_workers.JsonErrorThreadWorker"
+    if threads > 1
+    else "config.gunicorn_workers.JsonErrorSyncWorker"
+)
+
+# No runtime control socket (gunicornc can change the worker count or stop the server); engram
+# does not use it, and by default it would sit in $HOME, shared by every gunicorn of the user.
+control_socket_disable = True
+
+# gunicorn's own access log: the path without the query string (filters carry user ids), no
+# referrer or user agent; our request id joins a line to its access-log row in the database.
+accesslog = "-"
+access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms %({x-request-id}o)s'
