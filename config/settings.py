@@ -37,7 +37,8 @@ _secret = env_secret("ENGRAM_SECRET_KEY")
 if _secret is None:
     raise ImproperlyConfigured(
         "Set ENGRAM_SECRET_KEY (or ENGRAM_SECRET_KEY_FILE), e.g. to the output of "
-        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`."
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. "
+        "`make run` and `make test` generate one into .local/ (see .local/engram.env)."
     )
 if len(_secret) < 50 or len(set(_secret)) < 5:
     raise ImproperlyConfigured("ENGRAM_SECRET_KEY is too short: use 50 or more random characters.")
