@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from audit.access import access_record
@@ -56,6 +57,17 @@ def clean_scope(scope: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+def _route(request: HttpRequest) -> str | None:
+    """The URL pattern the path matches ("/v2/entities/<str:entity_type>/<str:name>/")."""
+    match = request.resolver_match
+    if match is None:  # refused by a middleware before the URL was resolved
+        try:
+            match = resolve(request.path_info)
+        except Resolver404:
+            return None
+    return "/" + match.route
+
+
 class AccessLogMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -85,8 +97,8 @@ class AccessLogMiddleware:
         key = record.api_key
         match = request.resolver_match
         path = request.path
-        if key is None and match is not None:
-            path = "/" + match.route
+        if key is None:
+            path = _route(request) or path
         AccessLog.objects.create(
             project_id=key.project_id if key else None,
             api_key_id=key.pk if key else None,

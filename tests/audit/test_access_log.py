@@ -115,6 +115,14 @@ class AccessLogTestCase(BaseTestCase):
         assert response.status_code == 401
         assert unauthenticated_row(response).path == "/v2/entities/<str:entity_type>/<str:name>/"
 
+    @override_settings(ENGRAM_MAX_BODY_BYTES=1024)
+    def test_it_records_the_endpoint_of_a_request_refused_before_authentication(self) -> None:
+        response = self.client.generic(
+            "DELETE", "/v2/entities/user/alice/", "x" * 2048, headers=auth(self.alice.raw)
+        )
+        assert response.status_code == 413
+        assert unauthenticated_row(response).path == "/v2/entities/<str:entity_type>/<str:name>/"
+
     def test_it_records_the_client_address(self) -> None:
         response = self.client.get(
             "/v1/ping/", headers=auth(self.alice.raw), REMOTE_ADDR="198.51.100.4"
