@@ -14,16 +14,15 @@ from django.contrib import admin
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 
+from config.middleware import client_address
+
 WINDOW_SECONDS = 15 * 60
-
-
-def client_address(request: HttpRequest) -> str:
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
 
 
 class EngramAdminSite(admin.AdminSite):
     def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        counter = f"engram:admin-login-failures:{client_address(request)}"
+        # The address the trusted proxies saw (ENGRAM_TRUSTED_PROXY_HOPS), as in the access log.
+        counter = f"engram:admin-login-failures:{client_address(request) or 'unknown'}"
         if (
             request.method == "POST"
             and cache.get(counter, 0) >= settings.ENGRAM_ADMIN_LOGIN_ATTEMPTS

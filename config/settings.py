@@ -293,5 +293,7 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    # django.request logs every 4xx as a warning quoting the path and query string, which can name
+    # users (user_id=...); the access log records refused requests already, without them.
+    "loggers": {"django.db.backends": {"level": "INFO"}, "django.request": {"level": "ERROR"}},
 }
