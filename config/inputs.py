@@ -52,27 +52,44 @@ def check_json(value: Any, where: str = "body") -> Any:
     than MAX_JSON_DEPTH, more than ENGRAM_MAX_JSON_NODES values in all.
     """
     budget: int = settings.ENGRAM_MAX_JSON_NODES
-    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    # Each entry: the value, its parent's entry and its key there (the path is spelled out only
+    # for an error message), and its depth.
+    stack: list[tuple[Any, Any, Any, int]] = [(value, None, None, 0)]
     while stack:
-        node, path, depth = stack.pop()
+        entry = stack.pop()
+        node, _, _, depth = entry
         budget -= 1
         if budget < 0:
             raise UnsafeInputError(
                 f"{where} has more than {settings.ENGRAM_MAX_JSON_NODES} JSON values."
             )
         if depth > MAX_JSON_DEPTH:
-            raise UnsafeInputError(f"{path}: JSON nests deeper than {MAX_JSON_DEPTH} levels.")
+            raise UnsafeInputError(
+                f"{_path(where, entry)}: JSON nests deeper than {MAX_JSON_DEPTH} levels."
+            )
         if isinstance(node, str):
-            check_text(node, path)
+            if text_problem(node):
+                check_text(node, _path(where, entry))
         elif isinstance(node, float) and not math.isfinite(node):
-            raise UnsafeInputError(f"{path}: numbers must be finite.")
+            raise UnsafeInputError(f"{_path(where, entry)}: numbers must be finite.")
         elif isinstance(node, dict):
             for key, item in node.items():
-                check_text(key, f"{path} key")
-                stack.append((item, f"{path}.{key[:40]}", depth + 1))
+                if text_problem(key):
+                    check_text(key, f"{_path(where, entry)} key")
+                stack.append((item, entry, key, depth + 1))
         elif isinstance(node, list):
-            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node))
+            stack.extend((item, entry, index, depth + 1) for index, item in enumerate(node))
     return value
+
+
+def _path(where: str, entry: tuple[Any, Any, Any, int]) -> str:
+    """`where.key[3].other` for an entry of check_json's walk."""
+    parts: list[str] = []
+    while entry[1] is not None:
+        key = entry[2]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{str(key)[:40]}")
+        entry = entry[1]
+    return where + "".join(reversed(parts))
 
 
 def parse_json(text: str, where: str) -> Any:

@@ -66,10 +66,11 @@ def _check_size(filters: dict[str, Any]) -> None:
             conditions += len(node)
             stack.extend((item, depth + 1) for item in node.values())
         elif isinstance(node, list):
-            values += len(node)
+            if len(node) > MAX_VALUES:
+                raise FilterError(f"filters hold more than {MAX_VALUES} values.")
             stack.extend((item, depth + 1) for item in node)
         else:
-            values += 1
+            values += 1  # an operand, or one item of a list
         if conditions > MAX_CONDITIONS:
             raise FilterError(f"filters hold more than {MAX_CONDITIONS} conditions.")
         if values > MAX_VALUES:

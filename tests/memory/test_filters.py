@@ -17,7 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
 
-from memory.filters import MAX_DEPTH, FilterError, compile_filters
+from memory.filters import MAX_CONDITIONS, MAX_DEPTH, MAX_VALUES, FilterError, compile_filters
 from memory.models import SCOPE_FIELDS, Memory
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -240,6 +240,17 @@ REFUSED = [({"colour": "red"}, "'colour'"), ({"OR": [{"NOT": {"colour": 1}}]}, "
            ({"memory_ids": {"in": str(ALICE_IDS[0])}}, "memory_ids")]  # fmt: skip
 
 
+def size(node: Any) -> tuple[int, int]:
+    """(conditions, values) as the README counts them: keys of objects; operands, list items."""
+    if isinstance(node, dict):
+        parts = [size(v) for v in node.values()]
+        return len(node) + sum(c for c, _ in parts), sum(v for _, v in parts)
+    if isinstance(node, list):
+        parts = [size(v) for v in node]
+        return sum(c for c, _ in parts), sum(v for _, v in parts)
+    return 0, 1
+
+
 def refusal(filters: Any) -> str:
     try:
         compile_filters(filters)
@@ -298,7 +309,21 @@ class CompileFiltersTestCase(HypothesisTestCase, BaseTestCase):
     @example({"NOT": {"metadata": {"note": {"contains": "%"}}}})
     @example({"categories": {"in": ["FOOD", "Travel"]}, "NOT": {"categories": {"contains": "K_S"}}})
     def test_it_selects_what_the_reference_evaluator_selects(self, filters: dict[str, Any]):
-        assert self.select(filters) == self.expected(filters)
+        conditions, values = size(filters)
+        if conditions > MAX_CONDITIONS or values > MAX_VALUES:
+            assert "filters hold more than" in refusal(filters)
+        else:
+            assert self.select(filters) == self.expected(filters)
+
+    def test_it_takes_filters_up_to_the_size_limits_and_no_larger(self):
+        ors = [{"user_id": "alice"}] * (MAX_CONDITIONS - 1)
+        assert self.select({"OR": ors}) == self.expected({"OR": ors})
+        assert "more than 100 conditions" in refusal({"OR": [*ors, {"user_id": "bob"}]})
+        ids = [str(uuid.uuid4()) for _ in range(MAX_VALUES - 1)] + [str(ALICE_IDS[0])]
+        assert self.select({"memory_ids": ids}) == {ALICE_IDS[0]}
+        assert "more than 1000 values" in refusal({"memory_ids": [*ids, ids[0]]})
+        in_list = {"user_id": {"in": ["alice"] * MAX_VALUES}}
+        assert self.select(in_list) == self.expected(in_list)
 
     def test_it_selects_every_memory_of_the_project_for_no_filter(self):
         assert self.select(None) == self.select({}) == set(ALICE_IDS)
