@@ -46,9 +46,9 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
     import django
 
     django.setup()
-    from memory.llm import ClaudeExtractor
+    from memory.extraction.llm import ClaudeExtractor
+    from memory.extraction.pipeline import process_event
     from memory.models import MemoryEvent
-    from memory.pipeline import process_event
     from tenants.actions import do_create_api_key
     from tenants.db import project_context
     from tests.fake_anthropic import FakeClaude, Reply, _handler

@@ -98,8 +98,8 @@ def generate(project, memories: int, users: int, sample: int, rng: random.Random
     from django.utils import timezone
 
     from memory.actions import content_hash
-    from memory.embeddings import embed
     from memory.models import Memory
+    from memory.retrieval.embeddings import embed
     from tenants.db import project_context
 
     sizes = user_sizes(memories, users)
@@ -160,8 +160,8 @@ def _flush(batch, real_every, offset, np_rng, embed, project_context, project) -
 def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> list[float]:
     from django.db import connection
 
-    from memory.embeddings import embed
     from memory.models import Memory
+    from memory.retrieval.embeddings import embed
     from tenants.db import project_context
 
     texts = [sentence(rng) for _ in range(queries)]
@@ -194,8 +194,8 @@ def explain_one(project, sizes: list[int]) -> str:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from memory.embeddings import embed_one
     from memory.models import Memory
+    from memory.retrieval.embeddings import embed_one
     from tenants.db import project_context
 
     with project_context(project.pk):

@@ -13,7 +13,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
-from memory.embeddings import EmbeddingError
+from memory.retrieval.embeddings import EmbeddingError
 
 logger = logging.getLogger(__name__)
 

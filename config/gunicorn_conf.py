@@ -41,7 +41,7 @@ def post_worker_init(worker: object) -> None:
     """
     import gc
 
-    from memory.embeddings import embed_one
+    from memory.retrieval.embeddings import embed_one
 
     embed_one("warm up")  # the model loads on first use; load it before the first request
     gc.freeze()

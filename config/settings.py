@@ -244,7 +244,7 @@ ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
 ENGRAM_MAX_EXPORT_MEMORIES = env_int("ENGRAM_MAX_EXPORT_MEMORIES", 10_000, minimum=1)
 
 # --- Extraction (Claude) and the job queue ----------------------------------------------------
-# Without a key, a deterministic offline extractor stands in (see memory/llm.py).
+# Without a key, a deterministic offline extractor stands in (see memory/extraction/llm.py).
 ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_optional("ANTHROPIC_BASE_URL")
 ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL", "claude-haiku-5-5")
@@ -253,7 +253,7 @@ ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.
 ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
 # Attempts per event, each counted when a worker claims it, before it is FAILED. A failure that
-# cannot succeed on a retry (a malformed payload, a value out of range: memory.pipeline.PERMANENT)
+# cannot succeed on a retry (a malformed payload, a value out of range: pipeline.PERMANENT)
 # fails it at once; others are retried after ENGRAM_EVENT_BACKOFF_MS x 2^attempts (at most 60 s).
 ENGRAM_EVENT_MAX_ATTEMPTS = env_int("ENGRAM_EVENT_MAX_ATTEMPTS", 4, minimum=1)
 ENGRAM_EVENT_BACKOFF_MS = env_int("ENGRAM_EVENT_BACKOFF_MS", 1000, minimum=1)
@@ -261,7 +261,7 @@ ENGRAM_EVENT_BACKOFF_MS = env_int("ENGRAM_EVENT_BACKOFF_MS", 1000, minimum=1)
 # call, the retrieval, applying), so it must cover one step, not the whole job. The default is
 # the worst case of one model call: ENGRAM_LLM_TIMEOUT per try x (ENGRAM_LLM_MAX_RETRIES + 1)
 # tries, plus the SDK's backoff between tries (at most 8 s each), plus a minute for the rest of
-# a step (a model's Retry-After over 8 s ends the attempt instead: memory.llm). Once it lapses
+# a step (a model's Retry-After over 8 s ends the attempt: memory.extraction.llm). Once it lapses
 # (a dead worker), a re-delivered message may claim the event again; a worker that outlived its
 # lease finds its claim token replaced at its next step and drops the event, writing nothing.
 ENGRAM_EVENT_LEASE_SECONDS = env_int(

@@ -14,8 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import MemoryHistory
-from memory.broker import SCHEMA
-from memory.embeddings import embed
+from memory.extraction.broker import SCHEMA
 from memory.models import (
     SCOPE_FIELDS,
     Feedback,
@@ -24,6 +23,7 @@ from memory.models import (
     MemoryExport,
     MemoryQuerySet,
 )
+from memory.retrieval.embeddings import embed
 from tenants.db import project_context
 from tenants.models import Project
 
@@ -271,7 +271,7 @@ def do_create_export(
 @transaction.atomic
 def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
     """Record an add request for extraction, and send it to the workers once committed."""
-    from memory.tasks import process_event
+    from memory.extraction.tasks import process_event
 
     event = MemoryEvent.objects.create(project=project, payload=payload, **payload["scope"])
     args = (str(event.id), str(project.pk))
@@ -305,7 +305,7 @@ def events_in_queue(event_ids: Sequence[str]) -> set[str]:
     if that worker dies (the broker's reaper). Acknowledged messages are deleted; 'rejected'
     ones are dead.
     """
-    from memory.tasks import process_event
+    from memory.extraction.tasks import process_event
 
     if not event_ids:
         return set()

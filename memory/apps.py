@@ -10,8 +10,8 @@ class MemoryConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from memory import broker
+        from memory.extraction import broker
 
-        # The broker must exist before the actors are declared (memory.tasks).
+        # The broker must exist before the actors are declared (memory.extraction.tasks).
         broker.configure(settings.DATABASES["default"])
-        from memory import tasks  # noqa: F401 - declares the actors
+        from memory.extraction import tasks  # noqa: F401 - declares the actors

@@ -15,7 +15,7 @@ from pgvector.django import HnswIndex, VectorField
 from tenants.models import Project
 
 if TYPE_CHECKING:
-    from memory.search import ScoredMemory
+    from memory.retrieval.search import ScoredMemory
 
 SCOPE_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
 SCOPE_MAX_LENGTH = 255
@@ -66,7 +66,7 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         embedding: list[float] | None = None,
         exact: bool = False,
     ) -> list[ScoredMemory]:
-        from memory.search import hybrid_search
+        from memory.retrieval.search import hybrid_search
 
         return hybrid_search(
             self, query, top_k=top_k, threshold=threshold, embedding=embedding, exact=exact
@@ -204,7 +204,7 @@ class MemoryEvent(Scoped):
     a claim is a conditional update, and results are written with the status in one transaction.
     Each claim gets a fresh `claim_id`; a worker writes to the event (renewing the lease, results,
     a failure) only while the token is still its own, so a worker whose lease ran out and whose
-    event another worker has claimed since cannot overwrite the newer claim (memory.pipeline).
+    event another worker has claimed since cannot overwrite the newer claim (extraction.pipeline).
     """
 
     class Status(models.TextChoices):
@@ -250,7 +250,7 @@ class MemoryEvent(Scoped):
 class ScopeSummary(Scoped):
     """The running summary of one scope's conversation, context for the next extraction.
 
-    Kept up to date asynchronously, after each processed add request (memory.tasks).
+    Kept up to date asynchronously, after each processed add request (memory.extraction.tasks).
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

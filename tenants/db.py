@@ -109,7 +109,7 @@ def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
     append_only = [m._meta.db_table for m in apps.get_models() if getattr(m, "APPEND_ONLY", False)]
     ident = sql.Identifier(role)
     with connection.cursor() as cursor:
-        # public holds the models; dramatiq the job queue's tables (memory/broker.py).
+        # public holds the models; dramatiq the job queue's tables (memory/extraction/broker.py).
         cursor.execute(
             "SELECT nspname FROM pg_namespace WHERE nspname IN ('public', 'dramatiq') "
             "ORDER BY nspname DESC"

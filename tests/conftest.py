@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import setup_databases, teardown_databases
 
-from memory import broker
+from memory.extraction import broker
 
 pytest_plugins = ["tests.fake_anthropic"]  # the fake_claude fixture
 

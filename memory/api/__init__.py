@@ -1,0 +1,7 @@
+"""The Mem0-compatible REST API (Django REST framework).
+
+Views parse and validate (serializers.py), embed text outside any transaction, call
+memory.actions and memory.queries in one tenant context, and shape the response. They hold no
+SQL and no business rules. May import memory.actions, memory.queries, memory.models,
+memory.retrieval, tenants and audit (the access record); nothing below imports it.
+"""

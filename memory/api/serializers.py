@@ -13,8 +13,8 @@ from rest_framework import serializers
 
 from config.inputs import UnsafeInputError, parse_json, parse_python_literal
 from memory.actions import Message
-from memory.filters import FilterError, compile_filters
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory
+from memory.retrieval.filters import FilterError, compile_filters
 
 ROLES = ("user", "assistant", "system", "tool")
 MEMORY_TYPES = ("procedural_memory",)

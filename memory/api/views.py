@@ -22,8 +22,8 @@ from audit.access import note_access
 from audit.models import MemoryHistory
 from memory import actions
 from memory.api import serializers as s
-from memory.filters import scope_values
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, MemoryExport, MemoryQuerySet
+from memory.retrieval.filters import scope_values
 from tenants.authentication import request_key
 
 ENTITY_TYPES = {"user": "user_id", "agent": "agent_id", "app": "app_id", "run": "run_id"}

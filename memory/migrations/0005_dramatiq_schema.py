@@ -4,7 +4,7 @@ from django.db import migrations
 def create_queue_schema(apps, schema_editor):  # type: ignore[no-untyped-def]
     from dramatiq_postgres import schema
 
-    from memory.broker import SCHEMA
+    from memory.extraction.broker import SCHEMA
 
     with schema_editor.connection.cursor() as cursor:
         schema.init(cursor, schema=SCHEMA)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.embeddings import embed, get_embedder, verify_model_files
+from memory.retrieval.embeddings import embed, get_embedder, verify_model_files
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 

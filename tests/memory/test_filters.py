@@ -17,8 +17,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
 
-from memory.filters import MAX_CONDITIONS, MAX_DEPTH, MAX_VALUES, FilterError, compile_filters
 from memory.models import SCOPE_FIELDS, Memory
+from memory.retrieval.filters import (
+    MAX_CONDITIONS,
+    MAX_DEPTH,
+    MAX_VALUES,
+    FilterError,
+    compile_filters,
+)
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory.embeddings import EmbeddingError, OpenAICompatibleEmbedder
+from memory.retrieval.embeddings import EmbeddingError, OpenAICompatibleEmbedder
 
 
 class FakeEmbeddings(BaseHTTPRequestHandler):
@@ -80,8 +80,8 @@ def test_it_reports_a_failing_service(server: str) -> None:
 def test_it_answers_503_and_stores_nothing_when_the_service_fails(
     server: str, monkeypatch: pytest.MonkeyPatch, client: Any
 ) -> None:
-    from memory import embeddings
     from memory.models import Memory
+    from memory.retrieval import embeddings
     from tenants.db import project_context
     from tests.factory import auth, make_key
 

@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from memory.llm import (
+from memory.extraction.llm import (
     ClaudeExtractor,
     Context,
     Existing,

@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from audit.models import MemoryHistory
-from memory.llm import ClaudeExtractor, OfflineExtractor
+from memory.extraction.llm import ClaudeExtractor, OfflineExtractor
+from memory.extraction.pipeline import process_event, refresh_summary
 from memory.models import Memory, MemoryEvent, ScopeSummary
-from memory.pipeline import process_event, refresh_summary
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts

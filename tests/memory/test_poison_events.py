@@ -19,10 +19,10 @@ from django.test import override_settings
 from django.utils import timezone
 from dramatiq_postgres import PostgresBroker
 
-from memory import pipeline
-from memory.llm import Context, Decisions, Existing, Fact, OfflineExtractor, Usage
+from memory.extraction import pipeline
+from memory.extraction.llm import Context, Decisions, Existing, Fact, OfflineExtractor, Usage
+from memory.extraction.tasks import process_event
 from memory.models import Memory, MemoryEvent
-from memory.tasks import process_event
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_key

@@ -8,8 +8,8 @@ import dramatiq
 import pytest
 from django.test import override_settings
 
+from memory.extraction.tasks import process_event
 from memory.models import Memory, MemoryEvent
-from memory.tasks import process_event
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.fake_anthropic import FakeClaude, Reply

@@ -9,7 +9,7 @@ for it, which the sweeper asks the queue itself (memory.actions.events_in_queue)
   delayed ones included (they sit in the ".DQ" queue until their available_at); 'consumed' while
   a worker holds it, and put back to 'queued' by the broker's reaper if that worker stops
   heartbeating; deleted once acknowledged, 'rejected' once failed.
-- A retry re-queues the very message it is running (memory.tasks), so an event's message keeps
+- A retry re-queues the very message it is running (extraction.tasks), so an event's message keeps
   one id from its first send to its last attempt.
 
 So the queue table is the single source of truth on whether a message is in flight, and it
@@ -33,7 +33,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from memory.actions import stale_events
-from memory.tasks import process_event
+from memory.extraction.tasks import process_event
 
 LOCK = "engram.sweep_events"
 

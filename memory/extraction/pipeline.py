@@ -37,11 +37,20 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from audit.models import MemoryHistory
-from memory import tasks
 from memory.actions import _history, content_hash, structured_attributes
-from memory.embeddings import Vectors, embed
-from memory.llm import Context, Decision, Existing, Extractor, Fact, ModelOutputError, Turn, Usage
+from memory.extraction import tasks
+from memory.extraction.llm import (
+    Context,
+    Decision,
+    Existing,
+    Extractor,
+    Fact,
+    ModelOutputError,
+    Turn,
+    Usage,
+)
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary
+from memory.retrieval.embeddings import Vectors, embed
 from tenants.db import project_context
 
 logger = logging.getLogger(__name__)

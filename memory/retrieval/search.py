@@ -24,9 +24,9 @@ from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from memory.embeddings import embed_one
 from memory.models import TEXT_SEARCH_CONFIG, Memory, MemoryQuerySet
-from memory.scoring import Score, Signals, fuse
+from memory.retrieval.embeddings import embed_one
+from memory.retrieval.scoring import Score, Signals, fuse
 
 SEMANTIC_CANDIDATES = 50
 KEYWORD_CANDIDATES = 50

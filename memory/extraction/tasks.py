@@ -1,4 +1,4 @@
-"""Dramatiq actors: thin, take ids, safe to run twice. The work is in memory.pipeline."""
+"""Dramatiq actors: thin, take ids, safe to run twice. The work is in memory.extraction.pipeline."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import uuid
 
 import dramatiq
 
-from memory import pipeline
-from memory.llm import get_extractor
+from memory.extraction import pipeline
+from memory.extraction.llm import get_extractor
 
 
 def _retry_when(retries: int, exception: BaseException) -> bool:
@@ -17,7 +17,7 @@ def _retry_when(retries: int, exception: BaseException) -> bool:
 
 @dramatiq.actor(queue_name="events", retry_when=_retry_when, time_limit=15 * 60 * 1000)
 def process_event(event_id: str, project_id: str) -> None:
-    """Run one attempt at an add request's extraction (memory.pipeline.attempt).
+    """Run one attempt at an add request's extraction (memory.extraction.pipeline.attempt).
 
     A failed attempt that may succeed later leaves the event PENDING and raises Retry: dramatiq's
     Retries middleware puts this same message back on the queue with the backoff as its delay

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-PINS_FILE = Path(__file__).with_name("model.sha256")
+PINS_FILE = Path(__file__).resolve().parent.parent / "model.sha256"
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
 BATCH_SIZE = 64
 

@@ -199,7 +199,7 @@ Only use ids that are listed."""
 
 # The SDK waits as long as a Retry-After header asks, without a bound. Within one attempt a
 # worker waits at most this long (the lease is sized for it); a longer wait is left to the
-# event's own retry with backoff (memory.pipeline), so no worker thread sleeps for an hour.
+# event's own retry with backoff (extraction.pipeline), so no worker thread sleeps for an hour.
 MAX_RETRY_AFTER_SECONDS = 8.0
 
 
