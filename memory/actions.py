@@ -13,7 +13,6 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import MemoryHistory
 from memory.extraction.broker import SCHEMA
 from memory.models import (
     SCOPE_FIELDS,
@@ -21,6 +20,7 @@ from memory.models import (
     Memory,
     MemoryEvent,
     MemoryExport,
+    MemoryHistory,
     MemoryQuerySet,
 )
 from memory.retrieval.embeddings import embed

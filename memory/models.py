@@ -269,3 +269,48 @@ class ScopeSummary(Scoped):
 
     def __str__(self) -> str:
         return self.text[:80]
+
+
+class MemoryHistory(Scoped):
+    """One row per change to a memory (ADD / UPDATE / DELETE), written in the change's transaction.
+
+    Append-only in the database, like the access log. `memory` has no database constraint so
+    the history outlives the memory row.
+    """
+
+    APPEND_ONLY = True
+
+    class Event(models.TextChoices):
+        ADD = "ADD"
+        UPDATE = "UPDATE"
+        DELETE = "DELETE"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    memory = models.ForeignKey(
+        Memory,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="history",
+    )
+    event = models.CharField(max_length=10, choices=Event.choices)
+    old_memory = models.TextField(null=True, blank=True)
+    new_memory = models.TextField(null=True, blank=True)
+    # Who made the change: "api:<key prefix>", "user:<username>", "extractor:<name>".
+    actor = models.CharField(max_length=200)
+    # The add request (event) that caused it, when there was one.
+    event_id = models.UUIDField(null=True, blank=True)
+    input = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    categories = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # Created in the audit app, whose table it keeps (renamed by migration 0010).
+        db_table = "memory_memoryhistory"
+        indexes: ClassVar = [
+            models.Index(fields=["memory", "created_at"], name="history_memory_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.memory_id}"

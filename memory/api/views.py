@@ -19,10 +19,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
-from audit.models import MemoryHistory
 from memory import actions
 from memory.api import serializers as s
-from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, MemoryExport, MemoryQuerySet
+from memory.models import (
+    SCOPE_FIELDS,
+    Memory,
+    MemoryEvent,
+    MemoryExport,
+    MemoryHistory,
+    MemoryQuerySet,
+)
 from memory.retrieval.filters import scope_values
 from tenants.authentication import request_key
 

@@ -36,7 +36,6 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from audit.models import MemoryHistory
 from memory.actions import _history, content_hash, structured_attributes
 from memory.extraction import tasks
 from memory.extraction.llm import (
@@ -49,7 +48,7 @@ from memory.extraction.llm import (
     Turn,
     Usage,
 )
-from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary
+from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from memory.retrieval.embeddings import Vectors, embed
 from tenants.db import project_context
 

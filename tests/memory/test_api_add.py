@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.models import MemoryHistory
-from memory.models import Memory, MemoryEvent
+from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import auth

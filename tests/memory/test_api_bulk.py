@@ -1,7 +1,6 @@
 from __future__ import annotations
 
-from audit.models import MemoryHistory
-from memory.models import Memory
+from memory.models import Memory, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory

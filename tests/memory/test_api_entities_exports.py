@@ -8,8 +8,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from audit.models import MemoryHistory
-from memory.models import Feedback, Memory, MemoryExport
+from memory.models import Feedback, Memory, MemoryExport, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
 
-from audit.models import AccessLog, MemoryHistory
-from memory.models import Feedback, Memory, MemoryEvent, MemoryExport
+from audit.models import AccessLog
+from memory.models import Feedback, Memory, MemoryEvent, MemoryExport, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth

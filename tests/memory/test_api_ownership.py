@@ -7,8 +7,7 @@ import uuid
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
-from audit.models import MemoryHistory
-from memory.models import Feedback, Memory
+from memory.models import Feedback, Memory, MemoryHistory
 from tenants.actions import NewApiKey
 from tenants.db import project_context
 from tests.base import BaseTestCase

@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from audit.models import MemoryHistory
 from memory.extraction.llm import ClaudeExtractor, OfflineExtractor
 from memory.extraction.pipeline import process_event, refresh_summary
-from memory.models import Memory, MemoryEvent, ScopeSummary
+from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from audit.models import AccessLog, MemoryHistory
-from memory.models import Feedback, MemoryEvent, MemoryExport, ScopeSummary
+from audit.models import AccessLog
+from memory.models import Feedback, MemoryEvent, MemoryExport, MemoryHistory, ScopeSummary
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory
@@ -27,7 +27,7 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
         project_id=project_id, request_id="r", method="GET", path="/", status=200, duration_ms=1
     ),
     "memory_memory": make_memory,
-    "audit_memoryhistory": lambda project_id: MemoryHistory.objects.create(
+    "memory_memoryhistory": lambda project_id: MemoryHistory.objects.create(
         project_id=project_id, memory_id=uuid.uuid4(), event="ADD", new_memory="x", actor="test"
     ),
     "memory_feedback": lambda project_id: Feedback.objects.create(
