@@ -97,8 +97,7 @@ def generate(project, memories: int, users: int, sample: int, rng: random.Random
     import numpy as np
     from django.utils import timezone
 
-    from memory.actions import content_hash
-    from memory.models import Memory
+    from memory.models import Memory, content_hash
     from memory.retrieval.embeddings import embed
     from tenants.db import project_context
 

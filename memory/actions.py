@@ -1,19 +1,32 @@
-"""Every multi-row write to memories: one transaction each, with its history rows."""
+"""The only writers of memory state.
+
+Every create, in-place update, supersede, delete and restore of a memory goes through a `do_*`
+function here, whoever asks: the API, the extraction pipeline, the dashboards, the admin, a
+management command. Each one:
+
+- runs in one transaction inside the memory's tenant context (tenants.db.project_context; it
+  nests as a savepoint when the caller already opened one, e.g. the pipeline applying several
+  decisions at once);
+- writes its history rows in that transaction, naming the Actor;
+- enforces the rules once: an immutable memory is never changed, and is deleted only on a
+  person's or an API key's explicit request, never by the model's decision.
+
+Text is embedded before any transaction opens: callers pass the vectors they computed, or let
+the action embed (then call it outside a transaction: a hosted embedder is an HTTP call). Hard
+erasure (GDPR) is not here yet: it will be the database-side purge path.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
-from django.db.models import Q
+from django.db import transaction
 from django.utils import timezone
 
-from memory.extraction.broker import SCHEMA
 from memory.models import (
     SCOPE_FIELDS,
     Feedback,
@@ -22,32 +35,59 @@ from memory.models import (
     MemoryExport,
     MemoryHistory,
     MemoryQuerySet,
+    content_hash,
+    structured_attributes,
 )
 from memory.retrieval.embeddings import embed
 from tenants.db import project_context
 from tenants.models import Project
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    from tenants.models import ApiKey
+
 UNSET: Any = object()  # "not given", as opposed to an explicit null
+Vector = Sequence[float]
 
 
-def content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+@dataclass(frozen=True)
+class Actor:
+    """Who changes memory; recorded as "kind:id" in every history row."""
+
+    kind: str  # api | user | enduser | extractor | command
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+    @classmethod
+    def api_key(cls, key: ApiKey) -> Actor:
+        return cls("api", key.prefix)
+
+    @classmethod
+    def staff(cls, user: AbstractBaseUser) -> Actor:
+        return cls("user", user.get_username())
+
+    @classmethod
+    def end_user(cls, user_id: str) -> Actor:
+        return cls("enduser", user_id)
+
+    @classmethod
+    def extraction(cls, event_id: uuid.UUID) -> Actor:
+        return cls("extractor", str(event_id))
+
+    @classmethod
+    def command(cls, name: str) -> Actor:
+        return cls("command", name)
 
 
-def structured_attributes(moment: datetime) -> dict[str, Any]:
-    utc = moment.astimezone(UTC)
-    iso = utc.isocalendar()
-    return {
-        "day": utc.day,
-        "month": utc.month,
-        "year": utc.year,
-        "hour": utc.hour,
-        "minute": utc.minute,
-        "day_of_week": utc.strftime("%A").lower(),
-        "is_weekend": utc.weekday() >= 5,
-        "quarter": (utc.month - 1) // 3 + 1,
-        "week_of_year": iso.week,
-    }
+class ImmutableMemoryError(ValueError):
+    """The change would alter an immutable memory; nothing was written."""
+
+
+class NotRestorableError(ValueError):
+    """Only a deleted memory can be restored."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +105,7 @@ class AddOutcome:
 
 
 def _history(
-    memory: Memory, event: str, *, old: str | None, actor: str, **extra: Any
+    memory: Memory, event: str, *, old: str | None, actor: Actor, **extra: Any
 ) -> MemoryHistory:
     return MemoryHistory(
         project_id=memory.project_id,
@@ -73,7 +113,8 @@ def _history(
         event=event,
         old_memory=old,
         new_memory=memory.text if event != MemoryHistory.Event.DELETE else None,
-        actor=actor,
+        actor=str(actor),
+        event_id=extra.pop("event_id", None) or _event_of(actor),
         metadata=memory.metadata,
         categories=list(memory.categories),
         **{f: getattr(memory, f) for f in SCOPE_FIELDS},
@@ -81,30 +122,57 @@ def _history(
     )
 
 
+def _event_of(actor: Actor) -> uuid.UUID | None:
+    """The add request behind an extraction's change (history links it)."""
+    return uuid.UUID(actor.id) if actor.kind == "extractor" else None
+
+
+def _as_actor(actor: Actor | str) -> Actor:
+    if isinstance(actor, Actor):
+        return actor
+    kind, _, ident = actor.partition(":")
+    return Actor(kind, ident)
+
+
+def check_mutable(memory: Memory, actor: Actor, change: str) -> None:
+    """The immutability rule, for every caller: no update ever; no delete by the model."""
+    if memory.immutable and (change == "update" or actor.kind == "extractor"):
+        raise ImmutableMemoryError(f"Memory {memory.id} is immutable and cannot be {change}d.")
+
+
+def _vectors(texts: Iterable[str], given: Mapping[str, Vector] | None) -> dict[str, Vector]:
+    """Vectors for `texts`: the ones given, the rest embedded now (once per distinct text)."""
+    known = dict(given or {})
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    if missing:
+        known.update(zip(missing, embed(missing), strict=True))
+    return known
+
+
 def do_add_messages(
     project: Project,
     *,
     messages: Sequence[Message],
     scope: dict[str, str | None],
-    actor: str,
+    actor: Actor | str,
     metadata: dict[str, Any] | None = None,
     created_at: datetime | None = None,
     expiration_date: date | None = None,
     immutable: bool = False,
+    vectors: Mapping[str, Vector] | None = None,
 ) -> AddOutcome:
     """Store each non-system message verbatim as a memory (`infer=false`).
 
     A message whose exact text is already an active memory of the same scope is not stored
     again; the existing memory is returned with the event NONE.
     """
+    who = _as_actor(actor)
     outcome = AddOutcome(event_id=uuid.uuid4())
     turns = [(pos, m) for pos, m in enumerate(messages) if m.role != "system"]
-    # Embedding is the slow part: do it before the transaction, once per distinct text.
-    texts = list(dict.fromkeys(m.content for _, m in turns))
-    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    known = _vectors((m.content for _, m in turns), vectors)
     moment = created_at or timezone.now()
-    with transaction.atomic():
-        existing = _existing_by_hash(project, scope, [content_hash(t) for t in texts])
+    with project_context(project.pk):
+        existing = _existing_by_hash(project, scope, [content_hash(m.content) for _, m in turns])
         new: list[Memory] = []
         for index, (position, message) in enumerate(turns):
             digest = content_hash(message.content)
@@ -115,7 +183,7 @@ def do_add_messages(
                 project=project,
                 text=message.content,
                 hash=digest,
-                embedding=vectors[message.content],
+                embedding=known[message.content],
                 context_before=turns[index - 1][1].content if index > 0 else "",
                 context_after=turns[index + 1][1].content if index + 1 < len(turns) else "",
                 metadata=metadata or {},
@@ -139,7 +207,7 @@ def do_add_messages(
                 m,
                 MemoryHistory.Event.ADD,
                 old=None,
-                actor=actor,
+                actor=who,
                 event_id=outcome.event_id,
                 input=[{"role": m.role, "content": m.text}],
             )
@@ -163,58 +231,136 @@ def _existing_by_hash(
     return {m.hash: m for m in rows}
 
 
-@transaction.atomic
+@dataclass(frozen=True)
+class NewMemory:
+    """One memory to create from extracted text (the pipeline's ADD and UPDATE)."""
+
+    text: str
+    vector: Vector
+    scope: dict[str, Any]
+    metadata: dict[str, Any]
+    categories: list[str]
+    expiration_date: date | str | None = None
+    immutable: bool = False
+    source_event_id: uuid.UUID | None = None
+    source_positions: Sequence[int] = ()
+
+
+def do_create_memory(project_id: uuid.UUID, new: NewMemory, *, actor: Actor) -> Memory:
+    """Create one memory from extracted text, with its ADD history row."""
+    moment = timezone.now()
+    with project_context(project_id):
+        memory = Memory.objects.create(
+            project_id=project_id,
+            text=new.text,
+            hash=content_hash(new.text),
+            embedding=new.vector,
+            metadata=new.metadata,
+            expiration_date=new.expiration_date,
+            immutable=new.immutable,
+            categories=new.categories,
+            created_at=moment,
+            updated_at=moment,
+            structured_attributes=structured_attributes(moment),
+            source_event_id=new.source_event_id,
+            source_positions=list(new.source_positions),
+            **new.scope,
+        )
+        _history(memory, MemoryHistory.Event.ADD, old=None, actor=actor).save()
+    return memory
+
+
+def do_supersede_memory(memory: Memory, new: NewMemory, *, actor: Actor) -> Memory:
+    """Replace a memory by a new one (the model's UPDATE): the old one is kept, `superseded`,
+    pointing to its replacement, so the lineage stays readable. Returns the new memory."""
+    check_mutable(memory, actor, "update")
+    with project_context(memory.project_id):
+        replacement = do_create_memory(memory.project_id, new, actor=actor)
+        memory.state, memory.replaced_by, memory.updated_at = (
+            Memory.State.SUPERSEDED, replacement, timezone.now()
+        )  # fmt: skip
+        memory.save(update_fields=["state", "replaced_by", "updated_at"])
+        history = _history(memory, MemoryHistory.Event.UPDATE, old=memory.text, actor=actor)
+        history.new_memory = replacement.text
+        history.save()
+    return replacement
+
+
 def do_update_memory(
     memory: Memory,
     *,
-    actor: str,
+    actor: Actor | str,
     text: str | None = None,
     metadata: dict[str, Any] | None = None,
     expiration_date: date | None = UNSET,
     created_at: datetime | None = None,
+    vector: Vector | None = None,
 ) -> Memory:
     """Change a memory in place (re-embedding new text) and record the change."""
-    old_text = memory.text
-    if text is not None and text != memory.text:
-        memory.text = text
-        memory.hash = content_hash(text)
-        memory.embedding = embed([text])[0]
-    if metadata is not None:
-        memory.metadata = metadata
-    if expiration_date is not UNSET:
-        memory.expiration_date = expiration_date
-    if created_at is not None:
-        memory.created_at = created_at
-        memory.structured_attributes = structured_attributes(created_at)
-    memory.updated_at = timezone.now()
-    memory.save()
-    _history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=actor).save()
+    who = _as_actor(actor)
+    check_mutable(memory, who, "update")
+    new_text = text is not None and text != memory.text
+    if new_text and vector is None:
+        vector = embed([str(text)])[0]
+    with project_context(memory.project_id):
+        old_text = memory.text
+        if new_text:
+            memory.text = str(text)
+            memory.hash = content_hash(memory.text)
+            memory.embedding = vector
+        if metadata is not None:
+            memory.metadata = metadata
+        if expiration_date is not UNSET:
+            memory.expiration_date = expiration_date
+        if created_at is not None:
+            memory.created_at = created_at
+            memory.structured_attributes = structured_attributes(created_at)
+        memory.updated_at = timezone.now()
+        memory.save()
+        _history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=who).save()
     return memory
 
 
-def _mark_deleted(memories: Iterable[Memory], actor: str) -> int:
+def _mark_deleted(project_id: uuid.UUID, memories: Iterable[Memory], actor: Actor) -> int:
     rows = list(memories)
+    for memory in rows:
+        check_mutable(memory, actor, "delete")
     if not rows:
         return 0
-    now = timezone.now()
-    Memory.objects.filter(pk__in=[m.pk for m in rows]).update(
-        state=Memory.State.DELETED, updated_at=now
-    )
-    MemoryHistory.objects.bulk_create(
-        _history(m, MemoryHistory.Event.DELETE, old=m.text, actor=actor) for m in rows
-    )
+    with project_context(project_id):
+        Memory.objects.filter(pk__in=[m.pk for m in rows]).update(
+            state=Memory.State.DELETED, updated_at=timezone.now()
+        )
+        MemoryHistory.objects.bulk_create(
+            _history(m, MemoryHistory.Event.DELETE, old=m.text, actor=actor) for m in rows
+        )
     return len(rows)
 
 
-@transaction.atomic
-def do_delete_memory(memory: Memory, *, actor: str) -> None:
+def do_delete_memory(memory: Memory, *, actor: Actor | str) -> None:
     """Mark a memory deleted (hidden everywhere); hard removal is GDPR erasure's job."""
-    _mark_deleted([memory], actor)
+    _mark_deleted(memory.project_id, [memory], _as_actor(actor))
 
 
-@transaction.atomic
-def do_delete_memories(queryset: MemoryQuerySet, *, actor: str) -> int:
-    return _mark_deleted(queryset.active().light().select_for_update(), actor)
+def do_delete_memories(queryset: MemoryQuerySet, *, actor: Actor | str) -> int:
+    """Delete every active memory of `queryset` (already scoped to one project)."""
+    with transaction.atomic():
+        rows = list(queryset.active().light().select_for_update())
+        if not rows:
+            return 0
+        return _mark_deleted(rows[0].project_id, rows, _as_actor(actor))
+
+
+def do_restore_memory(memory: Memory, *, actor: Actor | str) -> Memory:
+    """Make a deleted memory active again (an operator correcting a wrong deletion)."""
+    who = _as_actor(actor)
+    if memory.state != Memory.State.DELETED:
+        raise NotRestorableError(f"Memory {memory.id} is {memory.state}; only a deleted one.")
+    with project_context(memory.project_id):
+        memory.state, memory.updated_at = Memory.State.ACTIVE, timezone.now()
+        memory.save(update_fields=["state", "updated_at"])
+        _history(memory, MemoryHistory.Event.RESTORE, old=None, actor=who).save()
+    return memory
 
 
 @dataclass(frozen=True)
@@ -224,97 +370,76 @@ class BatchUpdate:
     metadata: dict[str, Any] | None
 
 
-@transaction.atomic
-def do_batch_update(updates: Sequence[BatchUpdate], *, actor: str) -> int:
-    """All or nothing: one transaction for the whole batch."""
+def do_batch_update(
+    updates: Sequence[BatchUpdate],
+    *,
+    actor: Actor | str,
+    vectors: Mapping[str, Vector] | None = None,
+) -> int:
+    """All or nothing: one transaction for the whole batch, no change if one is immutable."""
+    who = _as_actor(actor)
+    for update in updates:
+        check_mutable(update.memory, who, "update")
     texts = [u.text for u in updates if u.text is not None and u.text != u.memory.text]
-    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    known = _vectors(texts, vectors)
+    if not updates:
+        return 0
     now = timezone.now()
     history = []
-    for update in updates:
-        memory, old_text = update.memory, update.memory.text
-        if update.text is not None and update.text != old_text:
-            memory.text, memory.hash = update.text, content_hash(update.text)
-            memory.embedding = vectors[update.text]
-        if update.metadata is not None:
-            memory.metadata = update.metadata
-        memory.updated_at = now
-        history.append(_history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=actor))
-    Memory.objects.bulk_update(
-        [u.memory for u in updates], ["text", "hash", "embedding", "metadata", "updated_at"]
-    )
-    MemoryHistory.objects.bulk_create(history)
+    with project_context(updates[0].memory.project_id):
+        for update in updates:
+            memory, old_text = update.memory, update.memory.text
+            if update.text is not None and update.text != old_text:
+                memory.text, memory.hash = update.text, content_hash(update.text)
+                memory.embedding = known[update.text]
+            if update.metadata is not None:
+                memory.metadata = update.metadata
+            memory.updated_at = now
+            history.append(_history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=who))
+        Memory.objects.bulk_update(
+            [u.memory for u in updates], ["text", "hash", "embedding", "metadata", "updated_at"]
+        )
+        MemoryHistory.objects.bulk_create(history)
     return len(updates)
 
 
-@transaction.atomic
-def do_batch_delete(memories: Sequence[Memory], *, actor: str) -> int:
-    return _mark_deleted(memories, actor)
+def do_batch_delete(memories: Sequence[Memory], *, actor: Actor | str) -> int:
+    if not memories:
+        return 0
+    return _mark_deleted(memories[0].project_id, memories, _as_actor(actor))
 
 
-@transaction.atomic
 def do_record_feedback(memory: Memory, *, feedback: str | None, reason: str) -> Feedback:
-    return Feedback.objects.create(
-        project_id=memory.project_id, memory=memory, feedback=feedback, feedback_reason=reason
-    )
+    with project_context(memory.project_id):
+        return Feedback.objects.create(
+            project_id=memory.project_id, memory=memory, feedback=feedback, feedback_reason=reason
+        )
 
 
-@transaction.atomic
 def do_create_export(
     project: Project, *, schema: dict[str, Any], filters: dict[str, Any], result: list[Any]
 ) -> MemoryExport:
-    return MemoryExport.objects.create(
-        project=project, schema=schema, filters=filters, result=result
-    )
+    with project_context(project.pk):
+        return MemoryExport.objects.create(
+            project=project, schema=schema, filters=filters, result=result
+        )
 
 
-@transaction.atomic
 def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
     """Record an add request for extraction, and send it to the workers once committed."""
     from memory.extraction.tasks import process_event
 
-    event = MemoryEvent.objects.create(project=project, payload=payload, **payload["scope"])
-    args = (str(event.id), str(project.pk))
-    transaction.on_commit(lambda: process_event.send(*args))
+    with project_context(project.pk):
+        event = MemoryEvent.objects.create(project=project, payload=payload, **payload["scope"])
+        args = (str(event.id), str(project.pk))
+        transaction.on_commit(lambda: process_event.send(*args))
     return event
 
 
-def stale_events(now: datetime, pending_for: timedelta) -> list[tuple[str, str]]:
-    """(event id, project id) of unfinished events that no queue message will deliver any more.
+def schedule_summary_refresh(event: MemoryEvent) -> None:
+    """Fold the event's messages into its scope's running summary, once this transaction has
+    committed (off the extraction path; memory.extraction.tasks.refresh_summary)."""
+    from memory.extraction.tasks import refresh_summary
 
-    PENDING for longer than `pending_for`, or RUNNING under an expired lease, and without a
-    message queued, delayed or held by a worker (see memory/management/commands/sweep_events.py).
-    """
-    found = []
-    for project_id in Project.objects.values_list("pk", flat=True):
-        with project_context(project_id):
-            stale = MemoryEvent.objects.filter(
-                Q(status=MemoryEvent.Status.PENDING, created_at__lt=now - pending_for)
-                | Q(status=MemoryEvent.Status.RUNNING, lease_until__lt=now)
-            ).values_list("pk", flat=True)
-            found += [(str(pk), str(project_id)) for pk in stale]
-    in_queue = events_in_queue([event_id for event_id, _ in found])
-    return [(event_id, project_id) for event_id, project_id in found if event_id not in in_queue]
-
-
-def events_in_queue(event_ids: Sequence[str]) -> set[str]:
-    """Those of `event_ids` that have a process_event message in dramatiq-postgres's queue table.
-
-    'queued' covers messages waiting, due or delayed (a delayed one waits in the queue's ".DQ"
-    twin until its available_at); 'consumed' ones are held by a worker, and go back to 'queued'
-    if that worker dies (the broker's reaper). Acknowledged messages are deleted; 'rejected'
-    ones are dead.
-    """
-    from memory.extraction.tasks import process_event
-
-    if not event_ids:
-        return set()
-    # Served by the index of migration 0009 (same expressions).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT DISTINCT message->'args'->>0 FROM {SCHEMA}.queue "  # noqa: S608 - a constant
-            "WHERE message->>'actor_name' = %s AND message->'args'->>0 = ANY(%s) "
-            "AND state IN ('queued', 'consumed')",
-            [process_event.actor_name, list(event_ids)],
-        )
-        return {row[0] for row in cursor.fetchall()}
+    args = (str(event.id), str(event.project_id))
+    transaction.on_commit(lambda: refresh_summary.send(*args))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from typing import TYPE_CHECKING, ClassVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -21,6 +23,28 @@ SCOPE_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
 SCOPE_MAX_LENGTH = 255
 # The text search configuration for keywords: English stop words and Snowball stems.
 TEXT_SEARCH_CONFIG = "english"
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 of a memory's text: exact duplicates in a scope are found by this, by index."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def structured_attributes(moment: datetime) -> dict[str, Any]:
+    """Calendar facts of a memory's time, in UTC (Memory.structured_attributes)."""
+    utc = moment.astimezone(UTC)
+    iso = utc.isocalendar()
+    return {
+        "day": utc.day,
+        "month": utc.month,
+        "year": utc.year,
+        "hour": utc.hour,
+        "minute": utc.minute,
+        "day_of_week": utc.strftime("%A").lower(),
+        "is_weekend": utc.weekday() >= 5,
+        "quarter": (utc.month - 1) // 3 + 1,
+        "week_of_year": iso.week,
+    }
 
 
 class Scoped(models.Model):
@@ -284,6 +308,7 @@ class MemoryHistory(Scoped):
         ADD = "ADD"
         UPDATE = "UPDATE"
         DELETE = "DELETE"
+        RESTORE = "RESTORE"  # a deleted memory made active again (an operator's correction)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
@@ -296,7 +321,8 @@ class MemoryHistory(Scoped):
     event = models.CharField(max_length=10, choices=Event.choices)
     old_memory = models.TextField(null=True, blank=True)
     new_memory = models.TextField(null=True, blank=True)
-    # Who made the change: "api:<key prefix>", "user:<username>", "extractor:<name>".
+    # Who made the change (memory.actions.Actor): "api:<key prefix>", "user:<username>",
+    # "enduser:<user id>", "extractor:<event id>", "command:<name>".
     actor = models.CharField(max_length=200)
     # The add request (event) that caused it, when there was one.
     event_id = models.UUIDField(null=True, blank=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from memory.actions import Message, content_hash, do_add_messages, structured_attributes
-from memory.models import Memory
+from memory.actions import Message, do_add_messages
+from memory.models import Memory, content_hash, structured_attributes
 from tenants.actions import NewApiKey, do_create_api_key
 from tenants.models import Project
 

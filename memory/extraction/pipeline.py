@@ -31,13 +31,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import DataError, transaction
+from django.db import DataError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory.actions import _history, content_hash, structured_attributes
-from memory.extraction import tasks
+from memory import actions
+from memory.actions import Actor, NewMemory
 from memory.extraction.llm import (
     Context,
     Decision,
@@ -48,7 +48,8 @@ from memory.extraction.llm import (
     Turn,
     Usage,
 )
-from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, MemoryHistory, ScopeSummary
+from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary, content_hash
+from memory.queries import scope_lookup, scope_memories
 from memory.retrieval.embeddings import Vectors, embed
 from tenants.db import project_context
 
@@ -282,18 +283,6 @@ def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
     )
 
 
-def scope_lookup(scope: dict[str, Any]) -> dict[str, Any]:
-    """ORM lookups for exactly this scope (a missing id must be NULL, not anything)."""
-    return {
-        f if v is not None else f"{f}__isnull": v if v is not None else True
-        for f, v in scope.items()
-    }
-
-
-def scope_memories(project_id: uuid.UUID, scope: dict[str, Any]) -> Any:
-    return Memory.objects.for_project(project_id).active().filter(**scope_lookup(scope))
-
-
 def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact]) -> Prepared:
     """Embed the facts; find exact duplicates and each fact's nearest existing memories."""
     vectors = embed([f.text for f in facts])
@@ -307,10 +296,12 @@ def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact])
         for index, (fact, vector) in enumerate(zip(facts, vectors, strict=True)):
             if content_hash(fact.text) in by_hash:
                 duplicates[index] = by_hash[content_hash(fact.text)]
-            nearest = memories.annotate(distance=CosineDistance("embedding", vector)).order_by(
-                "distance"
-            )[:NEIGHBOURS]
-            neighbours.append([Existing(m.id, m.text, 1 - m.distance) for m in nearest])
+            nearest = (
+                memories.annotate(distance=CosineDistance("embedding", vector))
+                .order_by("distance")
+                .values_list("id", "text", "distance")[:NEIGHBOURS]
+            )
+            neighbours.append([Existing(pk, text, 1 - distance) for pk, text, distance in nearest])
     return Prepared(list(facts), vectors, duplicates, neighbours)
 
 
@@ -368,8 +359,7 @@ def apply(
         event.timings = {"total_ms": round((time.perf_counter() - run.started) * 1000, 1)}
         event.save()
         # The running summary is refreshed off the extraction path, once this has committed.
-        args = (str(claimed.event_id), str(claimed.project_id))
-        transaction.on_commit(lambda: tasks.refresh_summary.send(*args))
+        actions.schedule_summary_refresh(event)
 
 
 def _apply_one(
@@ -382,77 +372,40 @@ def _apply_one(
     vectors: dict[str, Any],
     metadata: dict[str, Any],
 ) -> dict[str, Any] | str | None:
-    """Apply one decision; return its result, None for NONE, or why it was refused."""
-    actor = f"extractor:{event.id}"
+    """Apply one decision through the actions; return its result, None for NONE, or why the
+    actions refused it (an immutable memory)."""
+    actor = Actor.extraction(event.id)
     target = targets.get(decision.memory_id) if decision.memory_id else None
     if decision.event != "ADD" and target is None:
         # Another event changed it since this one decided: decide again on the current state.
         raise StaleDecisionError(f"{decision.event} of {decision.memory_id}, changed meanwhile")
-    if target is not None and target.immutable and decision.event in ("UPDATE", "DELETE"):
-        return f"{decision.event} of immutable memory {target.id} refused"
     if decision.event == "NONE":
         return None
-    if decision.event == "DELETE":
-        assert target is not None  # noqa: S101 - checked above
-        target.state = Memory.State.DELETED
-        target.updated_at = timezone.now()
-        target.save(update_fields=["state", "updated_at"])
-        MemoryHistory.objects.bulk_create(
-            [
-                _history(
-                    target,
-                    MemoryHistory.Event.DELETE,
-                    old=target.text,
-                    actor=actor,
-                    event_id=event.id,
-                )
-            ]
-        )
-        return {"id": str(target.id), "memory": target.text, "event": "DELETE"}
-    memory = _new_memory(event, scope, fact, decision.text, vectors[decision.text], metadata)
-    MemoryHistory.objects.bulk_create(
-        [_history(memory, MemoryHistory.Event.ADD, old=None, actor=actor, event_id=event.id)]
-    )
-    if decision.event == "UPDATE":
-        assert target is not None  # noqa: S101 - checked above
-        target.state, target.replaced_by, target.updated_at = (
-            Memory.State.SUPERSEDED, memory, timezone.now()
-        )  # fmt: skip
-        target.save(update_fields=["state", "replaced_by", "updated_at"])
-        history = _history(target, MemoryHistory.Event.UPDATE, old=target.text, actor=actor,
-                           event_id=event.id)  # fmt: skip
-        history.new_memory = memory.text
-        history.save()
-        return {"id": str(memory.id), "memory": memory.text, "event": "UPDATE",
-                "previous_memory": target.text, "replaces": str(target.id)}  # fmt: skip
-    return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}
-
-
-def _new_memory(  # noqa: PLR0917 - one private call site
-    event: MemoryEvent,
-    scope: dict[str, Any],
-    fact: Fact,
-    text: str,
-    vector: Any,
-    metadata: dict[str, Any],
-) -> Memory:
-    moment = timezone.now()
-    return Memory.objects.create(
-        project_id=event.project_id,
-        text=text,
-        hash=content_hash(text),
-        embedding=vector,
+    new = NewMemory(
+        text=decision.text,
+        vector=vectors.get(decision.text, ()),
+        scope=scope,
         metadata=metadata,
+        categories=[fact.category.lower()] if fact.category else [],
         expiration_date=event.payload.get("expiration_date"),
         immutable=bool(event.payload.get("immutable")),
-        categories=[fact.category.lower()] if fact.category else [],
-        created_at=moment,
-        updated_at=moment,
-        structured_attributes=structured_attributes(moment),
         source_event_id=event.id,
-        source_positions=list(fact.positions),
-        **scope,
+        source_positions=fact.positions,
     )
+    try:
+        if decision.event == "DELETE":
+            assert target is not None  # noqa: S101 - checked above
+            actions.do_delete_memory(target, actor=actor)
+            return {"id": str(target.id), "memory": target.text, "event": "DELETE"}
+        if decision.event == "UPDATE":
+            assert target is not None  # noqa: S101 - checked above
+            memory = actions.do_supersede_memory(target, new, actor=actor)
+            return {"id": str(memory.id), "memory": memory.text, "event": "UPDATE",
+                    "previous_memory": target.text, "replaces": str(target.id)}  # fmt: skip
+        memory = actions.do_create_memory(event.project_id, new, actor=actor)
+    except actions.ImmutableMemoryError:
+        return f"{decision.event} of immutable memory {decision.memory_id} refused"
+    return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}
 
 
 def mark_failed(claimed: Claim, error: str) -> bool:

@@ -1,6 +1,6 @@
 from django.db import migrations, models
 
-# The sweeper asks the queue whether an event still has a message (memory.actions.stale_events):
+# The sweeper asks the queue whether an event still has a message (memory.extraction.sweep.stale_events):
 # index the event id that process_event messages carry as their first argument.
 QUEUE_EVENT_INDEX = """
 CREATE INDEX IF NOT EXISTS queue_process_event_id ON dramatiq.queue ((message->'args'->>0))

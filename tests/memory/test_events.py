@@ -18,9 +18,9 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from memory.actions import stale_events
 from memory.extraction import pipeline
 from memory.extraction.llm import ClaudeExtractor
+from memory.extraction.sweep import stale_events
 from memory.models import Memory, MemoryEvent
 from tenants.db import project_context
 from tests.base import BaseTestCase

@@ -29,28 +29,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connection, transaction
-from django.utils import timezone
 
-from memory.actions import stale_events
-from memory.extraction.tasks import process_event
-
-LOCK = "engram.sweep_events"
-
-
-def sweep(pending_for: timedelta) -> int:
-    """Send each stale event once; return how many were sent (0 if another sweep is running)."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Held until this transaction ends, after the sends (committed by the broker's own
-        # connection), so the next sweep finds their messages.
-        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [LOCK])
-        row = cursor.fetchone()
-        if not (row and row[0]):
-            return 0
-        stale = stale_events(timezone.now(), pending_for)
-        for event_id, project_id in stale:
-            process_event.send(event_id, project_id)
-    return len(stale)
+from memory.extraction.sweep import sweep
 
 
 class Command(BaseCommand):
