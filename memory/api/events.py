@@ -1,0 +1,81 @@
+"""Events: the status and results of queued add requests (infer=true)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import api_view
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from audit.access import note_access
+from memory.api.common import MemoryPagination, _positive
+from memory.models import MemoryEvent
+from tenants.authentication import request_key
+
+
+def event_data(event: MemoryEvent) -> dict[str, Any]:
+    started, completed = event.started_at, event.completed_at
+    return {
+        "id": str(event.id),
+        "event_type": "ADD",
+        "status": event.status,
+        "payload": event.payload,
+        "metadata": event.payload.get("metadata") or {},
+        "results": event.results,
+        "error": event.error or None,
+        "extractor": event.extractor or None,
+        "attempts": event.attempts,
+        "usage": event.usage,
+        "timings": event.timings,
+        "graph_status": None,
+        "created_at": event.created_at.isoformat(),
+        "updated_at": (completed or started or event.created_at).isoformat(),
+        "started_at": started.isoformat() if started else None,
+        "completed_at": completed.isoformat() if completed else None,
+        "latency": (completed - event.created_at).total_seconds() * 1000 if completed else None,
+    }
+
+
+@extend_schema(responses=OpenApiTypes.OBJECT, summary="Status and results of one add request")
+@api_view(["GET"])
+def event_detail(request: Request, event_id: uuid.UUID) -> Response:
+    event = MemoryEvent.objects.filter(
+        project_id=request_key(request).project_id, pk=event_id
+    ).first()
+    if event is None:
+        raise NotFound()
+    note_access(request, result_count=1)
+    return Response(event_data(event))
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    parameters=[
+        OpenApiParameter("status", str),
+        OpenApiParameter("page", int),
+        OpenApiParameter("page_size", int),
+    ],
+    summary="Add requests, newest first",
+)
+@api_view(["GET"])
+def event_list(request: Request) -> Response:
+    events = MemoryEvent.objects.filter(project_id=request_key(request).project_id)
+    wanted = request.query_params.get("status")
+    if wanted:
+        if wanted.upper() not in MemoryEvent.Status.values:
+            raise serializers.ValidationError(
+                {"status": f"must be one of {', '.join(MemoryEvent.Status.values)}."}
+            )
+        events = events.filter(status=wanted.upper())
+    _positive(request, "page")
+    _positive(request, "page_size", MemoryPagination.max_page_size)
+    paginator = MemoryPagination()
+    page = paginator.paginate_queryset(events.order_by("-created_at", "-id"), request) or []
+    note_access(request, result_count=len(page))
+    return paginator.get_paginated_response([event_data(e) for e in page])

@@ -1,0 +1,79 @@
+"""Exports: a copy of the memories matching filters, created once and fetched later."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.decorators import api_view
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from audit.access import note_access
+from memory import actions
+from memory.api import serializers as s
+from memory.api.common import matching
+from memory.models import MemoryExport
+from tenants.authentication import request_key
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    request=s.ExportSerializer,
+    summary="Export the memories matching filters",
+)
+@api_view(["POST"])
+def create_export(request: Request) -> Response:
+    serializer = s.ExportSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    data = serializer.validated_data
+    memories = matching(request, data).light().order_by("created_at", "id")
+    cap = settings.ENGRAM_MAX_EXPORT_MEMORIES
+    found = list(memories[: cap + 1])
+    if len(found) > cap:
+        raise serializers.ValidationError(
+            f"More than {cap} memories match; an export holds at most {cap} "
+            "(ENGRAM_MAX_EXPORT_MEMORIES): narrow the filters, e.g. by user_id or created_at."
+        )
+    rows = [s.memory_data(m) for m in found]
+    export = actions.do_create_export(
+        request_key(request).project,
+        schema=data["schema"],
+        filters=data.get("filters") or {},
+        result=rows,
+    )
+    note_access(request, result_count=len(rows))
+    return Response(
+        {"message": "Memory export created.", "id": str(export.id)}, status=status.HTTP_201_CREATED
+    )
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, request=s.ExportGetSerializer, summary="Get a memory export"
+)
+@api_view(["POST"])
+def get_export(request: Request) -> Response:
+    serializer = s.ExportGetSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    data = serializer.validated_data
+    exports = MemoryExport.objects.filter(project_id=request_key(request).project_id)
+    if "memory_export_id" in data:
+        exports = exports.filter(pk=data["memory_export_id"])
+    elif data.get("filters") is not None:
+        exports = exports.filter(filters=data["filters"])
+    export = exports.order_by("-created_at").first()
+    if export is None:
+        raise NotFound()
+    note_access(request, result_count=len(export.result))
+    return Response(
+        {
+            "id": str(export.id),
+            "schema": export.schema,
+            "filters": export.filters,
+            "created_at": export.created_at.isoformat(),
+            "count": len(export.result),
+            "results": export.result,
+        }
+    )

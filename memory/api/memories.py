@@ -1,0 +1,256 @@
+"""Memories: add, list, get, update and delete one, delete a whole scope, history."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import api_view
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from audit.access import note_access
+from memory import actions
+from memory.api import serializers as s
+from memory.api.common import (
+    MemoryPagination,
+    _positive,
+    actor,
+    get_memory,
+    matching,
+    project_memories,
+)
+from memory.models import SCOPE_FIELDS, MemoryHistory
+from tenants.authentication import request_key
+
+
+@extend_schema(responses=OpenApiTypes.OBJECT, request=s.AddSerializer, summary="Add memories")
+@api_view(["POST"])
+def add_memories(request: Request) -> Response:
+    return add(request)
+
+
+def add(request: Request) -> Response:
+    serializer = s.AddSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    data = serializer.validated_data
+    if data["infer"]:
+        return queue_add(request, serializer)
+    scope = serializer.scope()
+    outcome = actions.do_add_messages(
+        request_key(request).project,
+        messages=data["messages"],
+        scope=scope,
+        actor=actor(request),
+        metadata=data.get("metadata"),
+        created_at=serializer.created_at(),
+        expiration_date=data.get("expiration_date"),
+        immutable=data["immutable"],
+    )
+    note_access(request, scope=scope, result_count=len(outcome.results))
+    body: dict[str, Any] = {
+        "message": "Memories stored successfully",
+        "status": "SUCCEEDED",
+        "event_id": str(outcome.event_id),
+        "results": [
+            {"id": str(m.id), "data": {"memory": m.text}, "event": event, "memory": m.text}
+            for m, event in outcome.results
+        ],
+    }
+    if request.path.startswith("/v1/"):
+        body["relations"] = []
+    return Response(body)
+
+
+def queue_add(request: Request, serializer: s.AddSerializer) -> Response:
+    """infer=true: record the request and answer at once; a worker extracts the facts."""
+    project = request_key(request).project
+    payload = serializer.event_payload(project.custom_instructions, project.custom_categories)
+    event = actions.do_queue_add(project, payload)
+    note_access(request, scope=payload["scope"], result_count=0)
+    body = {
+        "message": "Memory processing has been queued for background execution",
+        "status": "PENDING",
+        "event_id": str(event.id),
+    }
+    return Response([body] if request.path.startswith("/v1/") else body)
+
+
+def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Response:
+    serializer = s.ListSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    queryset = matching(request, serializer.validated_data).light().order_by("-created_at", "-id")
+    if not paged:
+        rows = [s.memory_data(m) for m in queryset[:1000]]
+        note_access(request, result_count=len(rows))
+        return Response(rows)
+    _positive(request, "page")
+    _positive(request, "page_size", MemoryPagination.max_page_size)
+    paginator = MemoryPagination()
+    page = paginator.paginate_queryset(queryset, request) or []
+    note_access(request, result_count=len(page))
+    return paginator.get_paginated_response([s.memory_data(m) for m in page])
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    request=s.ListSerializer,
+    parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
+    summary="List memories (v3, paginated)",
+)
+@api_view(["POST"])
+def list_v3(request: Request) -> Response:
+    return list_memories(request, request.data, paged=True)
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, request=s.ListSerializer, summary="List memories (v2)"
+)
+@api_view(["POST"])
+def list_v2(request: Request) -> Response:
+    paged = "page" in request.query_params or "page_size" in request.query_params
+    return list_memories(request, request.data, paged=paged)
+
+
+@extend_schema(
+    methods=["GET"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memories_list",
+    summary="List memories by scope (v1)",
+)
+@extend_schema(
+    methods=["POST"],
+    request=s.AddSerializer,
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memories_add",
+    summary="Add memories (v1)",
+)
+@extend_schema(
+    methods=["DELETE"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memories_delete_all",
+    summary="Delete every memory of a scope (v1)",
+)
+@api_view(["GET", "POST", "DELETE"])
+def memories_v1(request: Request) -> Response:
+    if request.method == "POST":
+        return add(request)
+    if request.method == "GET":
+        params: dict[str, Any] = {
+            k: v for k, v in request.query_params.items() if k in (*SCOPE_FIELDS, "show_expired")
+        }
+        if "filters" in request.query_params:
+            params["filters"] = s.parse_query_filters(request.query_params["filters"])
+        paged = "page" in request.query_params or "page_size" in request.query_params
+        return list_memories(request, params, paged=paged)
+    return delete_all(request)
+
+
+def delete_all(request: Request) -> Response:
+    params = request.query_params
+    query = Q()
+    named = False
+    for field in SCOPE_FIELDS:
+        value = params.get(field)
+        if value:
+            named = True
+            query &= Q(**{f"{field}__isnull": False}) if value == "*" else Q(**{field: value})
+    if "filters" in params:
+        filters = s.parse_query_filters(params["filters"])
+        named = named or bool(filters)
+        query &= s.compiled(filters)
+    if not named:
+        raise serializers.ValidationError(
+            "Name what to delete: user_id, agent_id, app_id, run_id or filters ('*' for any)."
+        )
+    queryset = project_memories(request).filter(query)
+    count = actions.do_delete_memories(queryset, actor=actor(request))
+    note_access(request, scope={f: params.get(f) for f in SCOPE_FIELDS}, result_count=count)
+    return Response({"message": "Memories deleted successfully!", "deleted": count})
+
+
+@extend_schema(
+    methods=["GET"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memory_get",
+    summary="Get one memory",
+)
+@extend_schema(
+    methods=["PUT"],
+    request=s.UpdateSerializer,
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memory_update",
+    summary="Update one memory",
+)
+@extend_schema(
+    methods=["DELETE"],
+    responses=OpenApiTypes.OBJECT,
+    operation_id="v1_memory_delete",
+    summary="Delete one memory",
+)
+@api_view(["GET", "PUT", "DELETE"])
+def memory_detail(request: Request, memory_id: uuid.UUID) -> Response:
+    memory = get_memory(request, memory_id)
+    note_access(request, scope=memory.scope, result_count=1)
+    if request.method == "GET":
+        return Response(s.memory_data(memory))
+    if request.method == "DELETE":
+        actions.do_delete_memory(memory, actor=actor(request))
+        return Response({"message": "Memory deleted successfully!"})
+    serializer = s.UpdateSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    if memory.immutable:
+        raise serializers.ValidationError("This memory is immutable and cannot be updated.")
+    data = serializer.validated_data
+    updated = actions.do_update_memory(
+        memory,
+        actor=actor(request),
+        text=data["text"],
+        metadata=data.get("metadata"),
+        expiration_date=data.get("expiration_date", actions.UNSET),
+        created_at=datetime.fromtimestamp(data["timestamp"], tz=UTC)
+        if "timestamp" in data
+        else None,
+    )
+    return Response(s.memory_data(updated))
+
+
+def history_data(row: MemoryHistory) -> dict[str, Any]:
+    return {
+        "id": str(row.id),
+        "memory_id": str(row.memory_id),
+        "event": row.event,
+        "old_memory": row.old_memory,
+        "new_memory": row.new_memory,
+        "input": row.input,
+        "actor": row.actor,
+        "event_id": str(row.event_id) if row.event_id else None,
+        "user_id": row.user_id,
+        "agent_id": row.agent_id,
+        "app_id": row.app_id,
+        "run_id": row.run_id,
+        "session_id": row.run_id,
+        "categories": row.categories,
+        "metadata": row.metadata,
+        "created_at": row.created_at.isoformat(),
+        "updated_at": row.created_at.isoformat(),
+    }
+
+
+@extend_schema(responses=OpenApiTypes.OBJECT, summary="History of one memory")
+@api_view(["GET"])
+def memory_history(request: Request, memory_id: uuid.UUID) -> Response:
+    if not project_memories(request).filter(pk=memory_id).exists():
+        raise NotFound()
+    rows = MemoryHistory.objects.filter(
+        project_id=request_key(request).project_id, memory_id=memory_id
+    ).order_by("created_at", "id")
+    data = [history_data(r) for r in rows]
+    note_access(request, result_count=len(data))
+    return Response(data)

@@ -1,0 +1,59 @@
+"""Search: v3 answers an envelope {"results": [...]}, v1 and v2 a bare list."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from audit.access import note_access
+from memory.api import serializers as s
+from memory.api.common import matching
+from memory.retrieval.filters import scope_values
+
+
+def search(request: Request, *, envelope: bool) -> Response:
+    serializer = s.SearchSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    data = serializer.validated_data
+    top_k = data.get("limit") or data["top_k"]
+    scope = serializer.scope()
+    # One user's (agent's, run's) memories are few enough to rank exactly; see hybrid_search.
+    scoped = any(scope.values()) or bool(scope_values(data.get("filters") or {}))
+    results = matching(request, data).search(
+        data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped
+    )
+    note_access(request, result_count=len(results))
+    items = [
+        {
+            **s.memory_data(r.memory),
+            "score": round(r.score.score, 6),
+            "score_breakdown": {
+                "semantic": round(r.score.semantic, 6),
+                "bm25": round(r.score.bm25, 6),
+                "entity": round(r.score.entity, 6),
+            },
+        }
+        for r in results
+    ]
+    return Response({"results": items} if envelope else items)
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT, request=s.SearchSerializer, summary="Search memories (v3)"
+)
+@api_view(["POST"])
+def search_v3(request: Request) -> Response:
+    return search(request, envelope=True)
+
+
+@extend_schema(
+    responses=OpenApiTypes.OBJECT,
+    request=s.SearchSerializer,
+    summary="Search memories (v1/v2: a bare list)",
+)
+@api_view(["POST"])
+def search_legacy(request: Request) -> Response:
+    return search(request, envelope=False)
