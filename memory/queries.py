@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from django.db.models import CharField, Count, F, IntegerField, Max, Min, Q, QuerySet, Value
@@ -65,6 +65,11 @@ def matching(
     if created_to:
         queryset = queryset.filter(created_at__lte=created_to)
     return queryset
+
+
+def expired(project_id: uuid.UUID, *, before: date) -> MemoryQuerySet:
+    """Active memories whose expiration date is before `before`."""
+    return memories(project_id).active().filter(expiration_date__lt=before)
 
 
 def scope_lookup(scope: dict[str, Any]) -> dict[str, Any]:
