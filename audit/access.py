@@ -1,21 +1,36 @@
-"""What a request tells the access log: its key, the scope ids it touched and a result count.
+"""One access-log row per API request: what the request tells it, and writing the row.
 
 Authentication fills in the key (and the presented key's prefix, even when it fails); API views
-add scope and count with `note_access`. The access log
-middleware reads the record after the response.
+add scope and count with `note_access`. The row is written once: by the view's tenant
+transaction just before it commits (`log_request`, so the row commits together with the change
+it records), or else by the access-log middleware after the response, in a transaction of its
+own (failed requests, which were rolled back, and requests that opened no tenant transaction).
+
+What a row stores is sanitised so that the insert cannot fail on the request's own content:
+NUL characters are dropped, lone surrogates become U+FFFD, and every string is cut to its
+column (scope values to SCOPE_VALUE_CHARS, at most SCOPE_VALUES per scope key). A request
+without a project (no key, a bad or revoked one) keeps the route it matched instead of its
+path, and no scope: its row is operator telemetry and must not carry a tenant's user ids.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
+from django.urls import Resolver404, resolve
+from django.utils import timezone
 from rest_framework.request import Request
 
-if TYPE_CHECKING:
-    from tenants.models import ApiKey
+from audit.models import AccessLog
+from config.middleware import client_address, current_client_request_id, current_request_id
+from tenants.models import KEY_PREFIX_LENGTH, ApiKey
 
 SCOPE_KEYS = ("user_id", "agent_id", "app_id", "run_id")
 _ATTRIBUTE = "_engram_access"
@@ -27,6 +42,8 @@ class AccessRecord:
     key_prefix: str = ""
     scope: dict[str, Any] = field(default_factory=dict)
     result_count: int | None = None
+    started: float = field(default_factory=time.perf_counter)
+    logged: bool = False  # the row is written (by the view's tenant transaction)
 
 
 def access_record(request: Request | HttpRequest) -> AccessRecord:
@@ -48,3 +65,72 @@ def note_access(
         record.scope = {key: value for key, value in scope.items() if key in SCOPE_KEYS and value}
     if result_count is not None:
         record.result_count = result_count
+
+
+SCOPE_VALUE_CHARS = 200
+SCOPE_VALUES = 20
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(value: object, limit: int) -> str:
+    """`value` as text PostgreSQL can store, at most `limit` characters."""
+    return _SURROGATE.sub("\ufffd", str(value).replace("\x00", ""))[:limit]
+
+
+def clean_scope(scope: dict[str, Any]) -> dict[str, Any]:
+    cleaned: dict[str, Any] = {}
+    for key, value in scope.items():
+        if isinstance(value, list | tuple):
+            cleaned[key] = [clean_text(item, SCOPE_VALUE_CHARS) for item in value[:SCOPE_VALUES]]
+        else:
+            cleaned[key] = clean_text(value, SCOPE_VALUE_CHARS)
+    return cleaned
+
+
+def _route(request: HttpRequest) -> str | None:
+    """The URL pattern the path matches ("/v2/entities/<str:entity_type>/<str:name>/")."""
+    match = request.resolver_match
+    if match is None:  # refused by a middleware before the URL was resolved
+        try:
+            match = resolve(request.path_info)
+        except Resolver404:
+            return None
+    return "/" + match.route
+
+
+def log_request(request: Request | HttpRequest, status: int = 200) -> None:
+    """Write the request's row now, inside the caller's transaction (see the module doc)."""
+    write_row(request, status)
+    access_record(request).logged = True
+
+
+def write_row(request: Request | HttpRequest, status: int) -> None:
+    """Insert the request's access-log row (in the current transaction and tenant)."""
+    if isinstance(request, Request):
+        request = request._request
+    record = access_record(request)
+    key = record.api_key
+    match = request.resolver_match
+    path = request.path
+    if key is None:
+        path = _route(request) or path
+    AccessLog.objects.create(
+        project_id=key.project_id if key else None,
+        api_key_id=key.pk if key else None,
+        key_prefix=clean_text(record.key_prefix, KEY_PREFIX_LENGTH),
+        client_address=client_address(request),
+        request_id=current_request_id(),
+        client_request_id=current_client_request_id(),
+        method=clean_text(request.method or "", 10),
+        path=clean_text(path, 500),
+        action=clean_text((match.url_name or "") if match else "", 100),
+        scope=clean_scope(record.scope) if key else {},
+        result_count=record.result_count,
+        status=status,
+        duration_ms=round((time.perf_counter() - record.started) * 1000, 3),
+    )
+    if key is not None:
+        now = timezone.now()
+        stale = now - timedelta(seconds=settings.ENGRAM_KEY_LAST_USED_RESOLUTION_SECONDS)
+        if key.last_used_at is None or key.last_used_at < stale:
+            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)

@@ -8,7 +8,7 @@ Without that setting a query sees no rows and can write none.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
@@ -47,16 +47,28 @@ def active_project(using: str = "default") -> uuid.UUID | None:
 
 
 @contextmanager
-def project_context(project_id: uuid.UUID | str | None, using: str = "default") -> Iterator[None]:
-    """Run the block in a transaction whose tenant is `project_id` (for commands and workers).
+def project_context(
+    project_id: uuid.UUID | str | None,
+    using: str = "default",
+    *,
+    before_commit: Callable[[], None] | None = None,
+) -> Iterator[None]:
+    """Run the block in a transaction whose tenant is `project_id`.
 
-    Nested use restores the outer tenant on exit, since SET LOCAL outlives a released savepoint.
+    The one way every entry point gets its tenant: API requests (memory.api), workers,
+    management commands, and the dashboards to come. Nested use (an action called inside a
+    caller's context) is a savepoint and restores the outer tenant on exit, since SET LOCAL
+    outlives a released savepoint. `before_commit` runs at the end of a block that raised
+    nothing, inside its transaction (the API writes its access-log row there, so the row
+    commits with what it records).
     """
     nested = connections[using].in_atomic_block
     with transaction.atomic(using=using):
         outer = active_project(using) if nested else None
         activate_project(project_id, using)
         yield
+        if before_commit is not None:
+            before_commit()
         # On an exception the savepoint's rollback already restores the setting.
         if nested:
             activate_project(outer, using)
