@@ -1,8 +1,17 @@
-"""Tenant endpoints of the API: ping (key check, used by every Mem0 client on construction)."""
+"""Tenant endpoints of the API: ping (key check, used by every Mem0 client on construction).
+
+Also what every API module documents alike (tenants is the lowest of them: authentication and
+throttling, the sources of 401 and 429, live here): the error body, and `Closed`, the base of
+response serializers whose keys are fixed.
+"""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import Direction, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.request import Request
@@ -10,18 +19,62 @@ from rest_framework.response import Response
 
 from tenants.authentication import request_key
 
-PingSerializer = inline_serializer(
-    "Ping",
+
+# A response object with a fixed set of keys, documented with additionalProperties: false (a
+# comment, not a docstring: the schema would take it as every subclass's description). Response
+# serializers document bodies that the views build as plain dicts; they serialize nothing.
+# tests/memory/test_api_schema.py checks the real bodies against them.
+class Closed(serializers.Serializer[dict[str, Any]]):
+    pass
+
+
+class ClosedObjects(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """No keys besides the documented ones, so a contract test catches an undocumented key."""
+
+    target_class = Closed
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer(  # type: ignore[no-untyped-call]
+            self.target, direction, bypass_extensions=True
+        )
+        schema["additionalProperties"] = False
+        return schema
+
+
+@extend_schema_field(
     {
-        "status": serializers.CharField(),
-        "org_id": serializers.CharField(),
-        "project_id": serializers.CharField(),
-        "user_email": serializers.EmailField(allow_null=True),
-    },
+        "oneOf": [
+            {"type": "object", "additionalProperties": {}},
+            {"type": "array", "items": {"type": "string"}},
+        ],
+        "description": "Every problem: by field name (nested like the input), or a list of "
+        "messages when the request as a whole is refused.",
+    }
 )
+class ErrorsField(serializers.JSONField):
+    pass
 
 
-@extend_schema(responses={200: PingSerializer}, summary="Check an API key")
+class ErrorSerializer(Closed):
+    """The one error body of the API (config.exceptions)."""
+
+    detail = serializers.CharField(help_text="What went wrong; the first problem, by field.")
+    # A field named like a Serializer property: DRF's metaclass moves it to _declared_fields.
+    errors = ErrorsField(required=False)  # type: ignore[assignment]
+
+
+class PingSerializer(Closed):
+    status = serializers.CharField(help_text='Always "ok".')
+    org_id = serializers.UUIDField()
+    project_id = serializers.UUIDField()
+    user_email = serializers.EmailField(allow_null=True, help_text="The key creator's, if known.")
+
+
+@extend_schema(
+    responses={200: PingSerializer, 401: ErrorSerializer, 429: ErrorSerializer},
+    summary="Check an API key",
+)
 @api_view(["GET"])
 def ping(request: Request) -> Response:
     key = request_key(request)

@@ -4,4 +4,8 @@ Views parse and validate (serializers.py), embed text outside any transaction, c
 memory.actions and memory.queries in one tenant context, and shape the response. They hold no
 SQL and no business rules. May import memory.actions, memory.queries, memory.models,
 memory.retrieval, tenants and audit (the access record); nothing below imports it.
+
+One module of views per resource (memories, search, batch, entities, events, exports, feedback)
+and common.py for what they share; urls.py maps the Mem0 paths to them. serializers.py validates
+requests; responses.py documents every response body and status in the OpenAPI schema.
 """

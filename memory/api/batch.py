@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
@@ -13,6 +12,7 @@ from rest_framework.response import Response
 
 from audit.access import note_access
 from memory import actions
+from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import actor, project_memories
 from memory.models import Memory
@@ -29,9 +29,19 @@ def _batch_memories(request: Request, ids: list[uuid.UUID]) -> dict[uuid.UUID, M
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT,
+    methods=["PUT"],
     request=s.BatchSerializer,
-    summary="Update or delete up to 1000 memories, all or nothing",
+    responses=r.answers({200: r.MessageResultSerializer}, body=True, embeds=True),
+    parameters=[r.RETRY_AFTER],
+    summary="Update up to 1000 memories, all or nothing",
+)
+@extend_schema(
+    methods=["DELETE"],
+    responses=r.answers({200: r.MessageResultSerializer}, body=True),
+    parameters=[r.RETRY_AFTER],
+    summary="Delete up to 1000 memories, all or nothing",
+    # OpenAPI 3.0 cannot declare a request body for DELETE, which Mem0's clients send here.
+    description='The JSON body lists them: `{"memories": [{"memory_id": "<uuid>"}, ...]}`.',
 )
 @api_view(["PUT", "DELETE"])
 def batch(request: Request) -> Response:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.db.models import CharField, Count, F, IntegerField, Max, Min, Value
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
@@ -12,14 +11,18 @@ from rest_framework.response import Response
 
 from audit.access import note_access
 from memory import actions
+from memory.api import responses as r
 from memory.api.common import EntityPagination, _positive, actor, project_memories
 
 ENTITY_TYPES = {"user": "user_id", "agent": "agent_id", "app": "app_id", "run": "run_id"}
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT,
-    parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
+    responses=r.answers(
+        {200: r.EntityPageSerializer},
+        errors={400: "Invalid page or page_size.", 404: r.PAST_THE_END},
+    ),
+    parameters=[*r.PAGING, r.RETRY_AFTER],
     summary="Users, agents, apps and runs that have memories (paginated, 1000 a page)",
 )
 @api_view(["GET"])
@@ -67,7 +70,11 @@ def entities(request: Request) -> Response:
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers({200: r.MessageResultSerializer}, errors={400: "Unknown entity type."}),
+    parameters=[
+        OpenApiParameter("entity_type", str, OpenApiParameter.PATH, enum=list(ENTITY_TYPES)),
+        r.RETRY_AFTER,
+    ],
     summary="Delete an entity (all memories of that user, agent, app or run)",
 )
 @api_view(["DELETE"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
@@ -14,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
+from memory.api import responses as r
 from memory.api.common import MemoryPagination, _positive
 from memory.models import MemoryEvent
 from tenants.authentication import request_key
@@ -42,7 +42,11 @@ def event_data(event: MemoryEvent) -> dict[str, Any]:
     }
 
 
-@extend_schema(responses=OpenApiTypes.OBJECT, summary="Status and results of one add request")
+@extend_schema(
+    responses=r.answers({200: r.EventSerializer}, errors={404: "No such event in this project."}),
+    parameters=[r.RETRY_AFTER],
+    summary="Status and results of one add request",
+)
 @api_view(["GET"])
 def event_detail(request: Request, event_id: uuid.UUID) -> Response:
     event = MemoryEvent.objects.filter(
@@ -55,11 +59,14 @@ def event_detail(request: Request, event_id: uuid.UUID) -> Response:
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers(
+        {200: r.EventPageSerializer},
+        errors={400: "Unknown status, or an invalid page or page_size.", 404: r.PAST_THE_END},
+    ),
     parameters=[
-        OpenApiParameter("status", str),
-        OpenApiParameter("page", int),
-        OpenApiParameter("page_size", int),
+        OpenApiParameter("status", str, enum=MemoryEvent.Status.values),
+        *r.PAGING,
+        r.RETRY_AFTER,
     ],
     summary="Add requests, newest first",
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.conf import settings
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
@@ -13,6 +12,7 @@ from rest_framework.response import Response
 
 from audit.access import note_access
 from memory import actions
+from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import matching
 from memory.models import MemoryExport
@@ -20,8 +20,9 @@ from tenants.authentication import request_key
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT,
     request=s.ExportSerializer,
+    responses=r.answers({201: r.ExportCreatedSerializer}, body=True),
+    parameters=[r.RETRY_AFTER],
     summary="Export the memories matching filters",
 )
 @api_view(["POST"])
@@ -51,7 +52,12 @@ def create_export(request: Request) -> Response:
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT, request=s.ExportGetSerializer, summary="Get a memory export"
+    request=s.ExportGetSerializer,
+    responses=r.answers(
+        {200: r.MemoryExportSerializer}, body=True, errors={404: "No such export."}
+    ),
+    parameters=[r.RETRY_AFTER],
+    summary="Get a memory export (by id, else the newest with these filters)",
 )
 @api_view(["POST"])
 def get_export(request: Request) -> Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.request import Request
@@ -10,12 +9,18 @@ from rest_framework.response import Response
 
 from audit.access import note_access
 from memory import actions
+from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import get_memory
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT, request=s.FeedbackSerializer, summary="Feedback on a memory"
+    request=s.FeedbackSerializer,
+    responses=r.answers(
+        {200: r.FeedbackResultSerializer}, body=True, errors={404: r.NO_SUCH_MEMORY}
+    ),
+    parameters=[r.RETRY_AFTER],
+    summary="Feedback on a memory",
 )
 @api_view(["POST"])
 def feedback(request: Request) -> Response:

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.exceptions import NotFound
@@ -17,6 +16,7 @@ from rest_framework.response import Response
 
 from audit.access import note_access
 from memory import actions
+from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import (
     MemoryPagination,
@@ -30,7 +30,12 @@ from memory.models import SCOPE_FIELDS, MemoryHistory
 from tenants.authentication import request_key
 
 
-@extend_schema(responses=OpenApiTypes.OBJECT, request=s.AddSerializer, summary="Add memories")
+@extend_schema(
+    request=s.AddSerializer,
+    responses=r.answers({200: r.ADD}, body=True, embeds=True),
+    parameters=[r.RETRY_AFTER],
+    summary="Add memories (infer=false: stored at once; true: queued)",
+)
 @api_view(["POST"])
 def add_memories(request: Request) -> Response:
     return add(request)
@@ -99,9 +104,9 @@ def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Res
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT,
     request=s.ListSerializer,
-    parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
+    responses=r.answers({200: r.MemoryPageSerializer}, body=True, errors={404: r.PAST_THE_END}),
+    parameters=[*r.PAGING, r.RETRY_AFTER],
     summary="List memories (v3, paginated)",
 )
 @api_view(["POST"])
@@ -110,7 +115,10 @@ def list_v3(request: Request) -> Response:
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT, request=s.ListSerializer, summary="List memories (v2)"
+    request=s.ListSerializer,
+    responses=r.answers({200: r.MEMORY_LIST}, body=True, errors={404: r.PAST_THE_END}),
+    parameters=[*r.PAGING, r.RETRY_AFTER],
+    summary="List memories (v2: a list, or a page if page or page_size is given)",
 )
 @api_view(["POST"])
 def list_v2(request: Request) -> Response:
@@ -120,20 +128,29 @@ def list_v2(request: Request) -> Response:
 
 @extend_schema(
     methods=["GET"],
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers(
+        {200: r.MEMORY_LIST},
+        errors={400: "Invalid filters, scope id, page or page_size.", 404: r.PAST_THE_END},
+    ),
+    parameters=[*r.SCOPE_PARAMETERS, r.SHOW_EXPIRED, *r.PAGING, r.RETRY_AFTER],
     operation_id="v1_memories_list",
-    summary="List memories by scope (v1)",
+    summary="List memories by scope (v1: a list, or a page if page or page_size is given)",
 )
 @extend_schema(
     methods=["POST"],
     request=s.AddSerializer,
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers({200: r.ADD_V1}, body=True, embeds=True),
+    parameters=[r.RETRY_AFTER],
     operation_id="v1_memories_add",
     summary="Add memories (v1)",
 )
 @extend_schema(
     methods=["DELETE"],
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers(
+        {200: r.DeleteAllResultSerializer},
+        errors={400: "No scope named, or invalid filters."},
+    ),
+    parameters=[*r.SCOPE_PARAMETERS, r.RETRY_AFTER],
     operation_id="v1_memories_delete_all",
     summary="Delete every memory of a scope (v1)",
 )
@@ -177,20 +194,25 @@ def delete_all(request: Request) -> Response:
 
 @extend_schema(
     methods=["GET"],
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers({200: r.MemorySerializer}, errors={404: r.NO_SUCH_MEMORY}),
+    parameters=[r.RETRY_AFTER],
     operation_id="v1_memory_get",
     summary="Get one memory",
 )
 @extend_schema(
     methods=["PUT"],
     request=s.UpdateSerializer,
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers(
+        {200: r.MemorySerializer}, body=True, embeds=True, errors={404: r.NO_SUCH_MEMORY}
+    ),
+    parameters=[r.RETRY_AFTER],
     operation_id="v1_memory_update",
     summary="Update one memory",
 )
 @extend_schema(
     methods=["DELETE"],
-    responses=OpenApiTypes.OBJECT,
+    responses=r.answers({200: r.MessageResultSerializer}, errors={404: r.NO_SUCH_MEMORY}),
+    parameters=[r.RETRY_AFTER],
     operation_id="v1_memory_delete",
     summary="Delete one memory",
 )
@@ -243,7 +265,12 @@ def history_data(row: MemoryHistory) -> dict[str, Any]:
     }
 
 
-@extend_schema(responses=OpenApiTypes.OBJECT, summary="History of one memory")
+@extend_schema(
+    responses=r.answers({200: r.HistoryEntrySerializer(many=True)}, errors={404: r.NO_SUCH_MEMORY}),
+    parameters=[r.RETRY_AFTER],
+    operation_id="v1_memories_history_retrieve",
+    summary="History of one memory",
+)
 @api_view(["GET"])
 def memory_history(request: Request, memory_id: uuid.UUID) -> Response:
     if not project_memories(request).filter(pk=memory_id).exists():

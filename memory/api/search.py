@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
+from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import matching
 from memory.retrieval.filters import scope_values
@@ -42,7 +42,10 @@ def search(request: Request, *, envelope: bool) -> Response:
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT, request=s.SearchSerializer, summary="Search memories (v3)"
+    request=s.SearchSerializer,
+    responses=r.answers({200: r.SearchResultsSerializer}, body=True, embeds=True),
+    parameters=[r.RETRY_AFTER],
+    summary="Search memories (v3)",
 )
 @api_view(["POST"])
 def search_v3(request: Request) -> Response:
@@ -50,8 +53,9 @@ def search_v3(request: Request) -> Response:
 
 
 @extend_schema(
-    responses=OpenApiTypes.OBJECT,
     request=s.SearchSerializer,
+    responses=r.answers({200: r.ScoredMemorySerializer(many=True)}, body=True, embeds=True),
+    parameters=[r.RETRY_AFTER],
     summary="Search memories (v1/v2: a bare list)",
 )
 @api_view(["POST"])

@@ -1,4 +1,7 @@
-"""Request validation and response shapes of the Mem0-compatible memory API."""
+"""Request validation of the Mem0-compatible memory API, and memory_data, a memory's body.
+
+Response shapes are documented in responses.py.
+"""
 
 from __future__ import annotations
 

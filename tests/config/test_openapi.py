@@ -17,6 +17,21 @@ class OpenApiTestCase(TestCase):
         assert "/v1/ping/" in schema["paths"]
         assert "ApiKeyAuth" in schema["components"]["securitySchemes"]
 
+    def test_it_documents_a_json_body_for_every_response(self) -> None:
+        # A free-form object (OpenApiTypes.OBJECT) or no body lets the schema promise nothing;
+        # tests/memory/test_api_schema.py checks the documented bodies against real responses.
+        schema = self.client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+        for path, item in schema["paths"].items():
+            for method, operation in item.items():
+                assert {"401", "429"} <= set(operation["responses"]), (method, path)
+                for status, response in operation["responses"].items():
+                    body = response["content"]["application/json"]["schema"]
+                    assert body.get("$ref") or body.get("items") or body.get("oneOf"), (
+                        method,
+                        path,
+                        status,
+                    )
+
     def test_it_serves_the_docs_page_with_local_assets_only(self) -> None:
         response = self.client.get("/api/docs/")
         assert response.status_code == 200

@@ -1,0 +1,289 @@
+"""Response shapes of the memory API, as documented in the OpenAPI schema.
+
+The views build their bodies as plain dicts (serializers.memory_data, memories.history_data,
+events.event_data, and inline): faster than serializing through DRF on the list endpoints. These
+serializers only document those bodies, field for field and in the same order;
+tests/memory/test_api_schema.py checks every real response against them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer
+from rest_framework import serializers
+
+from memory.models import SCOPE_FIELDS, Feedback, Memory, MemoryEvent, MemoryHistory
+from tenants.api import Closed, ErrorSerializer
+
+
+class MemorySerializer(Closed):
+    id = serializers.UUIDField()
+    memory = serializers.CharField(help_text="The memory's text.")
+    user_id = serializers.CharField(allow_null=True)
+    agent_id = serializers.CharField(allow_null=True)
+    app_id = serializers.CharField(allow_null=True)
+    run_id = serializers.CharField(allow_null=True)
+    session_id = serializers.CharField(allow_null=True, help_text="The run_id (Mem0's name).")
+    actor_id = serializers.CharField(allow_null=True, help_text="Who said it (a message's name).")
+    role = serializers.CharField(allow_null=True, help_text="The role of the source message.")
+    hash = serializers.CharField(help_text="SHA-256 of the text: exact duplicates share it.")
+    metadata = serializers.DictField(child=serializers.JSONField())
+    categories = serializers.ListField(child=serializers.CharField())
+    immutable = serializers.BooleanField()
+    expiration_date = serializers.DateField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    structured_attributes = serializers.DictField(child=serializers.JSONField())
+    replaced_by = serializers.UUIDField(
+        allow_null=True, help_text="The memory that superseded this one."
+    )
+    synthesized = serializers.BooleanField(help_text="Always false.")
+    lifecycle_state = serializers.ChoiceField(choices=Memory.State.choices)
+    event_id = serializers.UUIDField(allow_null=True, help_text="The add request it came from.")
+
+
+class ScoreBreakdownSerializer(Closed):
+    semantic = serializers.FloatField()
+    bm25 = serializers.FloatField()
+    entity = serializers.FloatField()
+
+
+class ScoredMemorySerializer(MemorySerializer):
+    score = serializers.FloatField(help_text="The fused score (semantic, keyword, entity).")
+    score_breakdown = ScoreBreakdownSerializer()
+
+
+class SearchResultsSerializer(Closed):
+    results = ScoredMemorySerializer(many=True)
+
+
+class PageSerializer(Closed):
+    count = serializers.IntegerField(help_text="Items on all pages.")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+
+
+class MemoryPageSerializer(PageSerializer):
+    results = MemorySerializer(many=True)
+
+
+MEMORY_LIST = PolymorphicProxySerializer(
+    component_name="MemoryListOrPage",
+    serializers=[MemorySerializer(many=True), MemoryPageSerializer],
+    resource_type_field_name=None,
+    many=False,
+)
+
+# The add responses' `status` is the add event's status (SUCCEEDED or PENDING here): one enum
+# for all, as distinct one-value enums per shape would need ENUM_NAME_OVERRIDES.
+EVENT_STATUS = MemoryEvent.Status.choices
+
+
+class AddedTextSerializer(Closed):
+    memory = serializers.CharField()
+
+
+class AddResultItemSerializer(Closed):
+    id = serializers.UUIDField()
+    # A field named like a Serializer property: DRF's metaclass moves it to _declared_fields.
+    data = AddedTextSerializer()  # type: ignore[assignment]
+    event = serializers.ChoiceField(
+        choices=["ADD", "NONE"], help_text="NONE: an exact duplicate, already stored."
+    )
+    memory = serializers.CharField()
+
+
+class AddResultSerializer(Closed):
+    """infer=false: the memories are stored when this answers."""
+
+    message = serializers.CharField()
+    status = serializers.ChoiceField(choices=EVENT_STATUS, help_text="SUCCEEDED.")
+    event_id = serializers.UUIDField()
+    results = AddResultItemSerializer(many=True)
+
+
+class AddResultV1Serializer(AddResultSerializer):
+    """infer=false on the v1 path: with Mem0's empty `relations`."""
+
+    relations = serializers.ListField(child=serializers.JSONField(), max_length=0)
+
+
+class QueuedAddSerializer(Closed):
+    """infer=true: the request is queued; GET /v1/event/{event_id}/ tells when it is done."""
+
+    message = serializers.CharField()
+    status = serializers.ChoiceField(choices=EVENT_STATUS, help_text="PENDING.")
+    event_id = serializers.UUIDField()
+
+
+ADD = PolymorphicProxySerializer(
+    component_name="AddResponse",
+    serializers=[AddResultSerializer, QueuedAddSerializer],
+    resource_type_field_name=None,
+)
+# v1 answers a queued add with a one-item list (Mem0's legacy shape).
+ADD_V1 = PolymorphicProxySerializer(
+    component_name="AddResponseV1",
+    serializers=[AddResultV1Serializer, QueuedAddSerializer(many=True)],
+    resource_type_field_name=None,
+    many=False,
+)
+
+
+class MessageResultSerializer(Closed):
+    message = serializers.CharField()
+
+
+class DeleteAllResultSerializer(Closed):
+    message = serializers.CharField()
+    deleted = serializers.IntegerField(help_text="How many memories were deleted.")
+
+
+class HistoryEntrySerializer(Closed):
+    id = serializers.UUIDField()
+    memory_id = serializers.UUIDField()
+    event = serializers.ChoiceField(choices=MemoryHistory.Event.choices)
+    old_memory = serializers.CharField(allow_null=True)
+    new_memory = serializers.CharField(allow_null=True)
+    input = serializers.ListField(
+        child=serializers.DictField(child=serializers.JSONField()),
+        help_text="The messages that led to the change ({role, content}).",
+    )
+    actor = serializers.CharField(help_text='Who changed it, e.g. "api:<key prefix>".')
+    event_id = serializers.UUIDField(allow_null=True, help_text="The add request, if any.")
+    user_id = serializers.CharField(allow_null=True)
+    agent_id = serializers.CharField(allow_null=True)
+    app_id = serializers.CharField(allow_null=True)
+    run_id = serializers.CharField(allow_null=True)
+    session_id = serializers.CharField(allow_null=True, help_text="The run_id (Mem0's name).")
+    categories = serializers.ListField(child=serializers.CharField())
+    metadata = serializers.DictField(child=serializers.JSONField())
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField(help_text="Equal to created_at: rows never change.")
+
+
+class EventResultSerializer(Closed):
+    id = serializers.UUIDField()
+    memory = serializers.CharField()
+    event = serializers.ChoiceField(choices=["ADD", "UPDATE", "DELETE", "NONE"])
+    previous_memory = serializers.CharField(required=False, help_text="UPDATE only.")
+    replaces = serializers.UUIDField(required=False, help_text="UPDATE only: the old memory.")
+
+
+class EventSerializer(Closed):
+    id = serializers.UUIDField()
+    event_type = serializers.ChoiceField(choices=["ADD"])
+    status = serializers.ChoiceField(choices=EVENT_STATUS)
+    payload = serializers.DictField(
+        child=serializers.JSONField(), help_text="The add request, as queued."
+    )
+    metadata = serializers.DictField(child=serializers.JSONField())
+    results = EventResultSerializer(many=True)
+    error = serializers.CharField(allow_null=True)
+    extractor = serializers.CharField(allow_null=True, help_text="Which extractor processed it.")
+    attempts = serializers.IntegerField()
+    usage = serializers.DictField(child=serializers.JSONField(), help_text="Model tokens used.")
+    timings = serializers.DictField(child=serializers.JSONField())
+    graph_status = serializers.CharField(allow_null=True, help_text="Always null.")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    completed_at = serializers.DateTimeField(allow_null=True)
+    latency = serializers.FloatField(allow_null=True, help_text="Milliseconds, once completed.")
+
+
+class EventPageSerializer(PageSerializer):
+    results = EventSerializer(many=True)
+
+
+class EntitySerializer(Closed):
+    id = serializers.CharField(help_text="The name (Mem0 clients read `name`).")
+    name = serializers.CharField()
+    type = serializers.ChoiceField(choices=["user", "agent", "app", "run"])
+    total_memories = serializers.IntegerField()
+    created_at = serializers.DateTimeField(help_text="When its first memory was made.")
+    updated_at = serializers.DateTimeField(help_text="When a memory of it last changed.")
+    owner = serializers.CharField(allow_null=True, help_text="Always null.")
+    metadata = serializers.DictField(child=serializers.JSONField(), help_text="Always {}.")
+
+
+class EntityPageSerializer(PageSerializer):
+    results = EntitySerializer(many=True)
+    total_users = serializers.IntegerField()
+    total_agents = serializers.IntegerField()
+    total_apps = serializers.IntegerField()
+    total_runs = serializers.IntegerField()
+
+
+class FeedbackResultSerializer(Closed):
+    id = serializers.UUIDField()
+    feedback = serializers.ChoiceField(choices=Feedback.Kind.values, allow_null=True)
+    feedback_reason = serializers.CharField()
+
+
+class ExportCreatedSerializer(Closed):
+    message = serializers.CharField()
+    id = serializers.UUIDField()
+
+
+class MemoryExportSerializer(Closed):
+    id = serializers.UUIDField()
+    schema = serializers.JSONField(help_text="As given when the export was created.")
+    filters = serializers.DictField(child=serializers.JSONField())
+    created_at = serializers.DateTimeField()
+    count = serializers.IntegerField()
+    results = MemorySerializer(
+        many=True, help_text="The matching memories as they were when the export was made."
+    )
+
+
+REASONS = {
+    400: "Invalid input: `detail` names the first problem, `errors` lists them all.",
+    401: "No API key, or an invalid or revoked one.",
+    413: "The body is larger than ENGRAM_MAX_BODY_BYTES.",
+    415: "The body is not JSON (Content-Type).",
+    429: "Over the key's request rate (ENGRAM_API_RATE); see Retry-After.",
+    503: "The hosted embedding service failed; nothing was changed. Retry later.",
+}
+NO_SUCH_MEMORY = "No such memory in this project."
+PAST_THE_END = "A page past the last one."
+
+
+def answers(
+    success: dict[int, Any],
+    *,
+    body: bool = False,
+    embeds: bool = False,
+    errors: dict[int, str] | None = None,
+) -> dict[int, Any]:
+    """An operation's documented responses: `success`; 401 and 429 (any request with a key);
+    400, 413 and 415 if it takes a JSON body; 503 if it embeds text; `errors` (status: why)."""
+    reasons = {401: REASONS[401], 429: REASONS[429]}
+    if body:
+        reasons |= {400: REASONS[400], 413: REASONS[413], 415: REASONS[415]}
+    if embeds:
+        reasons[503] = REASONS[503]
+    reasons |= errors or {}
+    return success | {
+        status: OpenApiResponse(ErrorSerializer, description=reason)
+        for status, reason in sorted(reasons.items())
+    }
+
+
+RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    int,
+    OpenApiParameter.HEADER,
+    response=[429],
+    required=True,
+    description="Seconds until the key may send again.",
+)
+PAGING = [
+    OpenApiParameter("page", int, description="From 1."),
+    OpenApiParameter("page_size", int),
+]
+SCOPE_PARAMETERS = [
+    OpenApiParameter(name, str, description='An id, or "*" for any.') for name in SCOPE_FIELDS
+] + [OpenApiParameter("filters", str, description="A filter object: JSON or a Python dict.")]
+SHOW_EXPIRED = OpenApiParameter("show_expired", bool)
