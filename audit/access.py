@@ -43,7 +43,9 @@ class AccessRecord:
     scope: dict[str, Any] = field(default_factory=dict)
     result_count: int | None = None
     started: float = field(default_factory=time.perf_counter)
-    logged: bool = False  # the row is written (by the view's tenant transaction)
+    # The status of the row a view's tenant transaction wrote, if it wrote one. Should the
+    # response end otherwise (an error after the commit), the middleware adds a row for that.
+    logged: int | None = None
 
 
 def access_record(request: Request | HttpRequest) -> AccessRecord:
@@ -101,7 +103,7 @@ def _route(request: HttpRequest) -> str | None:
 def log_request(request: Request | HttpRequest, status: int = 200) -> None:
     """Write the request's row now, inside the caller's transaction (see the module doc)."""
     write_row(request, status)
-    access_record(request).logged = True
+    access_record(request).logged = status
 
 
 def write_row(request: Request | HttpRequest, status: int) -> None:

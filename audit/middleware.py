@@ -1,10 +1,11 @@
-"""The API's request transaction, and one access-log row per API request.
+"""One access-log row per API request, for the requests whose view did not write it.
 
-For API paths this middleware owns the request's transaction (instead of ATOMIC_REQUESTS):
-authentication sets the tenant inside it, the view runs inside it, and for a successful
-request the access-log row is written inside it too, so the row commits together with the
-change it records, at no extra round trips. A failed request (status >= 400) is rolled back
-whole, and its row is then written in a transaction of its own.
+This middleware only records; it owns no transaction. A view does its database work in one
+tenant transaction (memory.api.common.tenant) that writes the row before committing, so the
+row commits together with the change it records. Every other request — refused before its
+view (bad key, throttled, bad input in the URL, an oversized body), failed inside it (rolled
+back whole), or one that needed no tenant transaction (ping) — gets its row here, after the
+response, in a transaction of its own.
 
 What a row stores is sanitised so that the insert cannot fail on the request's own content:
 NUL characters are dropped, lone surrogates become U+FFFD, and every string is cut to its
@@ -19,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
 from audit.access import access_record, write_row
@@ -37,15 +38,13 @@ class AccessLogMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path.startswith(API_PREFIXES):
             return self.get_response(request)
-        access_record(request).started = time.perf_counter()
-        with transaction.atomic():
-            response = self.get_response(request)
-            if response.status_code < 400:
-                write_row(request, response.status_code)
-                return response
-            transaction.set_rollback(True)
+        record = access_record(request)
+        record.started = time.perf_counter()
+        response = self.get_response(request)
+        if record.logged == response.status_code:
+            return response  # written by the view's tenant transaction, with this status
         try:
-            key = access_record(request).api_key
+            key = record.api_key
             with project_context(key.project_id if key is not None else None):
                 write_row(request, response.status_code)
         except DatabaseError:

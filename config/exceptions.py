@@ -13,6 +13,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
+from memory.actions import ImmutableMemoryError, NotRestorableError
 from memory.retrieval.embeddings import EmbeddingError
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             {"detail": f"Request body exceeds the limit of {limit} bytes."},
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    if isinstance(exc, ImmutableMemoryError | NotRestorableError):
+        # Rules the actions enforce for every caller; for the API, a 400 like any bad input.
+        exc = exceptions.ValidationError(str(exc))
     if isinstance(exc, DataError):
         # A backstop: input checks should refuse such values first, with a precise message.
         set_rollback()

@@ -131,9 +131,9 @@ _conn_max_age = env_int("ENGRAM_DB_CONN_MAX_AGE", 60, minimum=0)
 DATABASES = {
     "default": dj_database_url.parse(_db_url, conn_max_age=_conn_max_age, conn_health_checks=True)
 }
-# API requests run in one transaction, opened by audit.middleware.AccessLogMiddleware: the
-# tenant context (SET LOCAL engram.project_id) lives exactly as long as it, a failing request
-# writes nothing, and a successful one commits together with its access-log row.
+# No transaction per request: an API view validates its input and embeds text first, then does
+# its database work in one tenant transaction (tenants.db.project_context, via
+# memory.api.common.tenant) that also writes the request's access-log row before committing.
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # pgvector: let a filtered HNSW scan keep going until it has enough rows (0.8's iterative scan),
 # instead of returning at most ef_search candidates before the scope filter.

@@ -9,7 +9,6 @@ from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
 from audit.access import access_record
-from tenants.db import activate_project
 from tenants.models import KEY_PREFIX_LENGTH, ApiKey
 
 SCHEMES = {"token", "bearer"}
@@ -55,9 +54,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             )
         access_record(request).key_prefix = presented_prefix(parts[1])
         key = authenticate_key(parts[1])
-        # The request runs in one transaction (AccessLogMiddleware): from here on, row-level
-        # security shows this project's rows and nothing else.
-        activate_project(key.project_id)
+        # No tenant yet: views open the key's tenant transaction (tenants.db.project_context)
+        # once their input is valid and their text embedded.
         access_record(request).api_key = key
         return (None, key)
 

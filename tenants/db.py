@@ -18,6 +18,7 @@ from django.db import connections, migrations, transaction
 from psycopg import sql
 
 SETTING = "engram.project_id"
+_ACTIVE = "_engram_active_project"  # on the connection: the tenant it last set (see below)
 
 CURRENT_PROJECT_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION engram_current_project() RETURNS uuid
@@ -34,9 +35,10 @@ def activate_project(project_id: uuid.UUID | str | None, using: str = "default")
     connection = connections[using]
     if not connection.in_atomic_block:
         raise RuntimeError("activate_project() needs a transaction: use project_context().")
+    value = "" if project_id is None else str(project_id)
     with connection.cursor() as cursor:
-        value = "" if project_id is None else str(project_id)
         cursor.execute("SELECT set_config(%s, %s, true)", [SETTING, value])
+    connection.__dict__[_ACTIVE] = value
 
 
 def active_project(using: str = "default") -> uuid.UUID | None:
@@ -62,16 +64,37 @@ def project_context(
     nothing, inside its transaction (the API writes its access-log row there, so the row
     commits with what it records).
     """
-    nested = connections[using].in_atomic_block
-    with transaction.atomic(using=using):
-        outer = active_project(using) if nested else None
-        activate_project(project_id, using)
-        yield
-        if before_commit is not None:
-            before_commit()
-        # On an exception the savepoint's rollback already restores the setting.
-        if nested:
-            activate_project(outer, using)
+    connection = connections[using]
+    nested = connection.in_atomic_block
+    wanted = "" if project_id is None else str(project_id)
+    outer = _current(connection, using) if nested else None
+    try:
+        with transaction.atomic(using=using):
+            # Nested in the same tenant (an action inside a view's transaction): a savepoint,
+            # no round trips to set the tenant again.
+            if outer != wanted:
+                activate_project(project_id, using)
+            yield
+            if before_commit is not None:
+                before_commit()
+            if nested and outer != wanted:
+                activate_project(outer or None, using)
+    finally:
+        # After a rollback the database is back to the outer value (none, outside any
+        # transaction); so is the mirror.
+        connection.__dict__[_ACTIVE] = outer
+
+
+def _current(connection: Any, using: str) -> str:
+    """The tenant of the open transaction: as project_context last set it on this connection
+    (no round trip), or else as the database says. The mirror is written only by
+    activate_project and restored on every exit of project_context, so it matches the
+    database's transaction-local setting."""
+    mirrored: str | None = connection.__dict__.get(_ACTIVE)
+    if mirrored is not None:
+        return mirrored
+    found = active_project(using)
+    return "" if found is None else str(found)
 
 
 def enable_row_level_security(table: str) -> migrations.RunSQL:

@@ -11,17 +11,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
-from memory import actions
+from memory import actions, queries
 from memory.api import responses as r
 from memory.api import serializers as s
-from memory.api.common import actor, project_memories
+from memory.api.common import actor, project_id, tenant
 from memory.models import Memory
+from memory.retrieval.embeddings import embed
 
 
 def _batch_memories(request: Request, ids: list[uuid.UUID]) -> dict[uuid.UUID, Memory]:
-    found = {
-        m.id: m for m in project_memories(request).active().filter(pk__in=ids).select_for_update()
-    }
+    found = queries.active_for_update(project_id(request), ids)
     missing = [str(i) for i in ids if i not in found]
     if missing:
         raise serializers.ValidationError(f"Memories not found: {', '.join(missing[:10])}.")
@@ -48,18 +47,18 @@ def batch(request: Request) -> Response:
     serializer = s.BatchSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     items = serializer.validated_data["memories"]
-    memories = _batch_memories(request, [item["memory_id"] for item in items])
-    if request.method == "DELETE":
-        count = actions.do_batch_delete(list(memories.values()), actor=actor(request))
+    texts = list(dict.fromkeys(i["text"] for i in items if i.get("text") is not None))
+    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    with tenant(request):
+        memories = _batch_memories(request, [item["memory_id"] for item in items])
+        if request.method == "DELETE":
+            count = actions.do_batch_delete(list(memories.values()), actor=actor(request))
+            note_access(request, result_count=count)
+            return Response({"message": f"Successfully deleted {count} memories"})
+        updates = [
+            actions.BatchUpdate(memories[i["memory_id"]], i.get("text"), i.get("metadata"))
+            for i in items
+        ]
+        count = actions.do_batch_update(updates, actor=actor(request), vectors=vectors)
         note_access(request, result_count=count)
-        return Response({"message": f"Successfully deleted {count} memories"})
-    immutable = [str(m.id) for m in memories.values() if m.immutable]
-    if immutable:
-        raise serializers.ValidationError(f"Immutable memories cannot be updated: {immutable[0]}.")
-    updates = [
-        actions.BatchUpdate(memories[i["memory_id"]], i.get("text"), i.get("metadata"))
-        for i in items
-    ]
-    count = actions.do_batch_update(updates, actor=actor(request))
-    note_access(request, result_count=count)
-    return Response({"message": f"Successfully updated {count} memories"})
+        return Response({"message": f"Successfully updated {count} memories"})

@@ -1,9 +1,18 @@
-"""What the API modules share: the caller's identity, the project's memories, paging checks."""
+"""What the API modules share: the caller, its tenant transaction, the project's memories,
+paging checks.
+
+A view validates its input and embeds any text first, then does all its database work inside
+`tenant(request)`: one transaction in the key's project (tenants.db.project_context), in which
+the request's access-log row is written just before the commit, so the row commits together
+with what it records. Nothing below the views sees a request.
+"""
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rest_framework import serializers
@@ -11,27 +20,39 @@ from rest_framework.exceptions import NotFound
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 
-from audit.access import note_access
+from audit.access import log_request, note_access
+from memory import queries
+from memory.actions import Actor
 from memory.api import serializers as s
 from memory.models import Memory, MemoryQuerySet
 from memory.retrieval.filters import scope_values
 from tenants.authentication import request_key
+from tenants.db import project_context
 
 
-def actor(request: Request) -> str:
-    return f"api:{request_key(request).prefix}"
+def actor(request: Request) -> Actor:
+    return Actor.api_key(request_key(request))
 
 
-def project_memories(request: Request) -> MemoryQuerySet:
-    return Memory.objects.for_project(request_key(request).project_id)
+def project_id(request: Request) -> uuid.UUID:
+    return request_key(request).project_id
+
+
+@contextmanager
+def tenant(request: Request, status: int = 200) -> Iterator[uuid.UUID]:
+    """The request's one transaction, in its key's project; yields the project id.
+
+    Its access-log row (with `status`) is written at the end, inside the transaction. If the
+    block raises, everything rolls back and the access-log middleware records the failure.
+    """
+    project = project_id(request)
+    with project_context(project, before_commit=lambda: log_request(request, status)):
+        yield project
 
 
 def get_memory(request: Request, memory_id: uuid.UUID) -> Memory:
     """The project's memory, or 404 — also for another project's id, which must not leak."""
-    memory = (
-        project_memories(request).light().exclude(state=Memory.State.DELETED).filter(pk=memory_id)
-    )
-    found = next(iter(memory), None)
+    found = queries.get_memory(project_id(request), memory_id)
     if found is None:
         raise NotFound()
     return found
@@ -40,17 +61,15 @@ def get_memory(request: Request, memory_id: uuid.UUID) -> Memory:
 def matching(request: Request, data: dict[str, Any]) -> MemoryQuerySet:
     """Active memories matching the validated filters (compiled by the serializer, with the
     top-level scope ids), categories and expiry options."""
-    queryset = project_memories(request).active().filter(data["where"])
-    if not data.get("show_expired"):
-        queryset = queryset.unexpired()
-    if data.get("categories"):
-        queryset = queryset.filter(categories__overlap=[c.lower() for c in data["categories"]])
-    if data.get("start_date"):
-        queryset = queryset.filter(created_at__gte=data["start_date"])
-    if data.get("end_date"):
-        queryset = queryset.filter(created_at__lte=data["end_date"])
     note_access(request, scope=scope_values(s.merged_filters(data)))
-    return queryset
+    return queries.matching(
+        project_id(request),
+        data["where"],
+        show_expired=bool(data.get("show_expired")),
+        categories=data.get("categories") or (),
+        created_from=data.get("start_date"),
+        created_to=data.get("end_date"),
+    )
 
 
 _DIGITS = re.compile(r"[0-9]{1,9}")

@@ -13,10 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
+from memory import queries
 from memory.api import responses as r
-from memory.api.common import MemoryPagination, _positive
+from memory.api.common import MemoryPagination, _positive, tenant
 from memory.models import MemoryEvent
-from tenants.authentication import request_key
 
 
 def event_data(event: MemoryEvent) -> dict[str, Any]:
@@ -49,12 +49,11 @@ def event_data(event: MemoryEvent) -> dict[str, Any]:
 )
 @api_view(["GET"])
 def event_detail(request: Request, event_id: uuid.UUID) -> Response:
-    event = MemoryEvent.objects.filter(
-        project_id=request_key(request).project_id, pk=event_id
-    ).first()
-    if event is None:
-        raise NotFound()
-    note_access(request, result_count=1)
+    with tenant(request) as project:
+        event = queries.event(project, event_id)
+        if event is None:
+            raise NotFound()
+        note_access(request, result_count=1)
     return Response(event_data(event))
 
 
@@ -72,17 +71,15 @@ def event_detail(request: Request, event_id: uuid.UUID) -> Response:
 )
 @api_view(["GET"])
 def event_list(request: Request) -> Response:
-    events = MemoryEvent.objects.filter(project_id=request_key(request).project_id)
-    wanted = request.query_params.get("status")
-    if wanted:
-        if wanted.upper() not in MemoryEvent.Status.values:
-            raise serializers.ValidationError(
-                {"status": f"must be one of {', '.join(MemoryEvent.Status.values)}."}
-            )
-        events = events.filter(status=wanted.upper())
+    wanted = (request.query_params.get("status") or "").upper()
+    if wanted and wanted not in MemoryEvent.Status.values:
+        raise serializers.ValidationError(
+            {"status": f"must be one of {', '.join(MemoryEvent.Status.values)}."}
+        )
     _positive(request, "page")
     _positive(request, "page_size", MemoryPagination.max_page_size)
-    paginator = MemoryPagination()
-    page = paginator.paginate_queryset(events.order_by("-created_at", "-id"), request) or []
-    note_access(request, result_count=len(page))
+    with tenant(request) as project:
+        paginator = MemoryPagination()
+        page = paginator.paginate_queryset(queries.events(project, wanted or None), request) or []
+        note_access(request, result_count=len(page))
     return paginator.get_paginated_response([event_data(e) for e in page])

@@ -11,11 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
-from memory import actions
+from memory import actions, queries
 from memory.api import responses as r
 from memory.api import serializers as s
-from memory.api.common import matching
-from memory.models import MemoryExport
+from memory.api.common import matching, tenant
 from tenants.authentication import request_key
 
 
@@ -30,22 +29,23 @@ def create_export(request: Request) -> Response:
     serializer = s.ExportSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    memories = matching(request, data).light().order_by("created_at", "id")
     cap = settings.ENGRAM_MAX_EXPORT_MEMORIES
-    found = list(memories[: cap + 1])
-    if len(found) > cap:
-        raise serializers.ValidationError(
-            f"More than {cap} memories match; an export holds at most {cap} "
-            "(ENGRAM_MAX_EXPORT_MEMORIES): narrow the filters, e.g. by user_id or created_at."
+    with tenant(request, status=status.HTTP_201_CREATED):
+        memories = matching(request, data).light().order_by("created_at", "id")
+        found = list(memories[: cap + 1])
+        if len(found) > cap:
+            raise serializers.ValidationError(
+                f"More than {cap} memories match; an export holds at most {cap} "
+                "(ENGRAM_MAX_EXPORT_MEMORIES): narrow the filters, e.g. by user_id or created_at."
+            )
+        rows = [s.memory_data(m) for m in found]
+        export = actions.do_create_export(
+            request_key(request).project,
+            schema=data["schema"],
+            filters=data.get("filters") or {},
+            result=rows,
         )
-    rows = [s.memory_data(m) for m in found]
-    export = actions.do_create_export(
-        request_key(request).project,
-        schema=data["schema"],
-        filters=data.get("filters") or {},
-        result=rows,
-    )
-    note_access(request, result_count=len(rows))
+        note_access(request, result_count=len(rows))
     return Response(
         {"message": "Memory export created.", "id": str(export.id)}, status=status.HTTP_201_CREATED
     )
@@ -64,15 +64,13 @@ def get_export(request: Request) -> Response:
     serializer = s.ExportGetSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    exports = MemoryExport.objects.filter(project_id=request_key(request).project_id)
-    if "memory_export_id" in data:
-        exports = exports.filter(pk=data["memory_export_id"])
-    elif data.get("filters") is not None:
-        exports = exports.filter(filters=data["filters"])
-    export = exports.order_by("-created_at").first()
-    if export is None:
-        raise NotFound()
-    note_access(request, result_count=len(export.result))
+    with tenant(request) as project:
+        export = queries.export(
+            project, export_id=data.get("memory_export_id"), filters=data.get("filters")
+        )
+        if export is None:
+            raise NotFound()
+        note_access(request, result_count=len(export.result))
     return Response(
         {
             "id": str(export.id),

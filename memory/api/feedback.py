@@ -11,7 +11,7 @@ from audit.access import note_access
 from memory import actions
 from memory.api import responses as r
 from memory.api import serializers as s
-from memory.api.common import get_memory
+from memory.api.common import get_memory, tenant
 
 
 @extend_schema(
@@ -27,11 +27,12 @@ def feedback(request: Request) -> Response:
     serializer = s.FeedbackSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    memory = get_memory(request, data["memory_id"])
-    row = actions.do_record_feedback(
-        memory, feedback=data.get("feedback"), reason=data.get("feedback_reason") or ""
-    )
-    note_access(request, scope=memory.scope, result_count=1)
+    with tenant(request):
+        memory = get_memory(request, data["memory_id"])
+        row = actions.do_record_feedback(
+            memory, feedback=data.get("feedback"), reason=data.get("feedback_reason") or ""
+        )
+        note_access(request, scope=memory.scope, result_count=1)
     return Response(
         {"id": str(row.id), "feedback": row.feedback, "feedback_reason": row.feedback_reason}
     )

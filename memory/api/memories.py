@@ -15,18 +15,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
-from memory import actions
+from memory import actions, queries
 from memory.api import responses as r
 from memory.api import serializers as s
-from memory.api.common import (
-    MemoryPagination,
-    _positive,
-    actor,
-    get_memory,
-    matching,
-    project_memories,
-)
+from memory.api.common import MemoryPagination, _positive, actor, get_memory, matching, tenant
 from memory.models import SCOPE_FIELDS, MemoryHistory
+from memory.retrieval.embeddings import embed
 from tenants.authentication import request_key
 
 
@@ -48,17 +42,21 @@ def add(request: Request) -> Response:
     if data["infer"]:
         return queue_add(request, serializer)
     scope = serializer.scope()
-    outcome = actions.do_add_messages(
-        request_key(request).project,
-        messages=data["messages"],
-        scope=scope,
-        actor=actor(request),
-        metadata=data.get("metadata"),
-        created_at=serializer.created_at(),
-        expiration_date=data.get("expiration_date"),
-        immutable=data["immutable"],
-    )
-    note_access(request, scope=scope, result_count=len(outcome.results))
+    texts = list(dict.fromkeys(m.content for m in data["messages"] if m.role != "system"))
+    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    with tenant(request):
+        outcome = actions.do_add_messages(
+            request_key(request).project,
+            messages=data["messages"],
+            scope=scope,
+            actor=actor(request),
+            metadata=data.get("metadata"),
+            created_at=serializer.created_at(),
+            expiration_date=data.get("expiration_date"),
+            immutable=data["immutable"],
+            vectors=vectors,
+        )
+        note_access(request, scope=scope, result_count=len(outcome.results))
     body: dict[str, Any] = {
         "message": "Memories stored successfully",
         "status": "SUCCEEDED",
@@ -77,8 +75,9 @@ def queue_add(request: Request, serializer: s.AddSerializer) -> Response:
     """infer=true: record the request and answer at once; a worker extracts the facts."""
     project = request_key(request).project
     payload = serializer.event_payload(project.custom_instructions, project.custom_categories)
-    event = actions.do_queue_add(project, payload)
-    note_access(request, scope=payload["scope"], result_count=0)
+    with tenant(request):
+        event = actions.do_queue_add(project, payload)
+        note_access(request, scope=payload["scope"], result_count=0)
     body = {
         "message": "Memory processing has been queued for background execution",
         "status": "PENDING",
@@ -90,17 +89,21 @@ def queue_add(request: Request, serializer: s.AddSerializer) -> Response:
 def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Response:
     serializer = s.ListSerializer(data=data)
     serializer.is_valid(raise_exception=True)
-    queryset = matching(request, serializer.validated_data).light().order_by("-created_at", "-id")
-    if not paged:
-        rows = [s.memory_data(m) for m in queryset[:1000]]
-        note_access(request, result_count=len(rows))
-        return Response(rows)
-    _positive(request, "page")
-    _positive(request, "page_size", MemoryPagination.max_page_size)
-    paginator = MemoryPagination()
-    page = paginator.paginate_queryset(queryset, request) or []
-    note_access(request, result_count=len(page))
-    return paginator.get_paginated_response([s.memory_data(m) for m in page])
+    if paged:
+        _positive(request, "page")
+        _positive(request, "page_size", MemoryPagination.max_page_size)
+    with tenant(request):
+        queryset = (
+            matching(request, serializer.validated_data).light().order_by("-created_at", "-id")
+        )
+        if not paged:
+            rows = [s.memory_data(m) for m in queryset[:1000]]
+            note_access(request, result_count=len(rows))
+            return Response(rows)
+        paginator = MemoryPagination()
+        page = paginator.paginate_queryset(queryset, request) or []
+        note_access(request, result_count=len(page))
+        return paginator.get_paginated_response([s.memory_data(m) for m in page])
 
 
 @extend_schema(
@@ -186,9 +189,11 @@ def delete_all(request: Request) -> Response:
         raise serializers.ValidationError(
             "Name what to delete: user_id, agent_id, app_id, run_id or filters ('*' for any)."
         )
-    queryset = project_memories(request).filter(query)
-    count = actions.do_delete_memories(queryset, actor=actor(request))
-    note_access(request, scope={f: params.get(f) for f in SCOPE_FIELDS}, result_count=count)
+    with tenant(request) as project:
+        count = actions.do_delete_memories(
+            queries.memories(project).filter(query), actor=actor(request)
+        )
+        note_access(request, scope={f: params.get(f) for f in SCOPE_FIELDS}, result_count=count)
     return Response({"message": "Memories deleted successfully!", "deleted": count})
 
 
@@ -218,29 +223,37 @@ def delete_all(request: Request) -> Response:
 )
 @api_view(["GET", "PUT", "DELETE"])
 def memory_detail(request: Request, memory_id: uuid.UUID) -> Response:
-    memory = get_memory(request, memory_id)
-    note_access(request, scope=memory.scope, result_count=1)
-    if request.method == "GET":
-        return Response(s.memory_data(memory))
-    if request.method == "DELETE":
+    if request.method == "PUT":
+        return update_memory(request, memory_id)
+    with tenant(request):
+        memory = get_memory(request, memory_id)
+        note_access(request, scope=memory.scope, result_count=1)
+        if request.method == "GET":
+            return Response(s.memory_data(memory))
         actions.do_delete_memory(memory, actor=actor(request))
-        return Response({"message": "Memory deleted successfully!"})
+    return Response({"message": "Memory deleted successfully!"})
+
+
+def update_memory(request: Request, memory_id: uuid.UUID) -> Response:
     serializer = s.UpdateSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
-    if memory.immutable:
-        raise serializers.ValidationError("This memory is immutable and cannot be updated.")
     data = serializer.validated_data
-    updated = actions.do_update_memory(
-        memory,
-        actor=actor(request),
-        text=data["text"],
-        metadata=data.get("metadata"),
-        expiration_date=data.get("expiration_date", actions.UNSET),
-        created_at=datetime.fromtimestamp(data["timestamp"], tz=UTC)
-        if "timestamp" in data
-        else None,
-    )
-    return Response(s.memory_data(updated))
+    vector = embed([data["text"]])[0] if data["text"] is not None else None
+    with tenant(request):
+        memory = get_memory(request, memory_id)
+        note_access(request, scope=memory.scope, result_count=1)
+        updated = actions.do_update_memory(
+            memory,
+            actor=actor(request),
+            text=data["text"],
+            vector=vector,
+            metadata=data.get("metadata"),
+            expiration_date=data.get("expiration_date", actions.UNSET),
+            created_at=datetime.fromtimestamp(data["timestamp"], tz=UTC)
+            if "timestamp" in data
+            else None,
+        )
+        return Response(s.memory_data(updated))
 
 
 def history_data(row: MemoryHistory) -> dict[str, Any]:
@@ -273,11 +286,10 @@ def history_data(row: MemoryHistory) -> dict[str, Any]:
 )
 @api_view(["GET"])
 def memory_history(request: Request, memory_id: uuid.UUID) -> Response:
-    if not project_memories(request).filter(pk=memory_id).exists():
-        raise NotFound()
-    rows = MemoryHistory.objects.filter(
-        project_id=request_key(request).project_id, memory_id=memory_id
-    ).order_by("created_at", "id")
-    data = [history_data(r) for r in rows]
-    note_access(request, result_count=len(data))
-    return Response(data)
+    with tenant(request) as project:
+        rows = queries.history(project, memory_id)
+        if rows is None:
+            raise NotFound()
+        data = [history_data(r) for r in rows]
+        note_access(request, result_count=len(data))
+        return Response(data)

@@ -10,7 +10,8 @@ from rest_framework.response import Response
 from audit.access import note_access
 from memory.api import responses as r
 from memory.api import serializers as s
-from memory.api.common import matching
+from memory.api.common import matching, tenant
+from memory.retrieval.embeddings import embed_one
 from memory.retrieval.filters import scope_values
 
 
@@ -22,10 +23,13 @@ def search(request: Request, *, envelope: bool) -> Response:
     scope = serializer.scope()
     # One user's (agent's, run's) memories are few enough to rank exactly; see hybrid_search.
     scoped = any(scope.values()) or bool(scope_values(data.get("filters") or {}))
-    results = matching(request, data).search(
-        data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped
-    )
-    note_access(request, result_count=len(results))
+    embedding = embed_one(data["query"])  # before the transaction: a hosted embedder is HTTP
+    with tenant(request):
+        results = matching(request, data).search(
+            data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped,
+            embedding=embedding,
+        )  # fmt: skip
+        note_access(request, result_count=len(results))
     items = [
         {
             **s.memory_data(r.memory),

@@ -96,3 +96,63 @@ def test_it_answers_503_and_stores_nothing_when_the_service_fails(
     assert "embedding service" in response.json()["detail"]
     with project_context(key.key.project_id):
         assert not Memory.objects.exists()
+
+
+class RecordingEmbedder(OpenAICompatibleEmbedder):
+    """The hosted embedder, noting whether a database transaction was open at each call."""
+
+    calls: list[tuple[int, bool, bool]]
+
+    def embed(self, texts: Any) -> Any:
+        from django.db import connection
+        from psycopg.pq import TransactionStatus
+
+        raw = connection.connection
+        in_transaction = raw is not None and raw.info.transaction_status != TransactionStatus.IDLE
+        self.calls.append((len(texts), connection.in_atomic_block, in_transaction))
+        return super().embed(texts)
+
+
+def test_no_transaction_is_open_while_the_hosted_embedder_is_called(
+    server: str, monkeypatch: pytest.MonkeyPatch, client: Any, committed_db: None
+) -> None:
+    """An HTTP call of up to 30 s must never hold a transaction (and its locks) open."""
+    from memory.extraction.llm import OfflineExtractor
+    from memory.extraction.pipeline import process_event
+    from memory.models import Memory, MemoryEvent
+    from memory.retrieval import embeddings
+    from tenants.db import project_context
+    from tests.factory import auth, make_key
+
+    embedder = RecordingEmbedder(server, "m", None, 384)
+    embedder.calls = []
+    monkeypatch.setattr(embeddings, "_embedder", embedder)
+    key = make_key()
+
+    def call(method: str, path: str, body: Any) -> Any:
+        response = getattr(client, method)(
+            path, body, content_type="application/json", headers=auth(key.raw)
+        )
+        assert response.status_code < 300, (path, response.content)
+        return response.json()
+
+    added = call("post", "/v3/memories/add/", {"messages": "I like tea", "user_id": "alice",
+                                                "infer": False})  # fmt: skip
+    memory_id = added["results"][0]["id"]
+    for path in ("/v3/memories/search/", "/v2/memories/search/", "/v1/memories/search/"):
+        call("post", path, {"query": "tea", "filters": {"user_id": "alice"}})
+    call("put", f"/v1/memories/{memory_id}/", {"text": "I like green tea"})
+    call("put", "/v1/batch/", {"memories": [{"memory_id": memory_id, "text": "I like oolong"}]})
+    with project_context(key.key.project_id):
+        event = MemoryEvent.objects.create(
+            project=key.key.project,
+            payload={"messages": [{"role": "user", "content": "I love hiking."}],
+                     "scope": {"user_id": "alice"}},
+            user_id="alice",
+        )  # fmt: skip
+    process_event(event.id, key.key.project_id, OfflineExtractor())
+
+    assert len(embedder.calls) >= 7  # add, 3 searches, PUT, batch, the event (and its apply)
+    assert all(not atomic and not open_ for _, atomic, open_ in embedder.calls), embedder.calls
+    with project_context(key.key.project_id):
+        assert Memory.objects.filter(text="I like oolong").exists()
