@@ -1,10 +1,11 @@
 """One access-log row per API request: what the request tells it, and writing the row.
 
-Authentication fills in the key (and the presented key's prefix, even when it fails); API views
-add scope and count with `note_access`. The row is written once: by the view's tenant
-transaction just before it commits (`log_request`, so the row commits together with the change
-it records), or else by the access-log middleware after the response, in a transaction of its
-own (failed requests, which were rolled back, and requests that opened no tenant transaction).
+Authentication leaves the key on the request (and the presented key's prefix, even when it
+fails: tenants.authentication); API views add scope and count with `note_access`. The row is
+written once: by the view's tenant transaction just before it commits (`log_request`, so the
+row commits together with the change it records), or else by the access-log middleware after
+the response, in a transaction of its own (failed requests, which were rolled back, and
+requests that opened no tenant transaction).
 
 What a row stores is sanitised so that the insert cannot fail on the request's own content:
 NUL characters are dropped, lone surrogates become U+FFFD, and every string is cut to its
@@ -30,6 +31,7 @@ from rest_framework.request import Request
 
 from audit.models import AccessLog
 from config.middleware import client_address, current_client_request_id, current_request_id
+from tenants.authentication import KEY_ATTRIBUTE, PREFIX_ATTRIBUTE
 from tenants.models import KEY_PREFIX_LENGTH, ApiKey
 
 SCOPE_KEYS = ("user_id", "agent_id", "app_id", "run_id")
@@ -38,8 +40,6 @@ _ATTRIBUTE = "_engram_access"
 
 @dataclass
 class AccessRecord:
-    api_key: ApiKey | None = None
-    key_prefix: str = ""
     scope: dict[str, Any] = field(default_factory=dict)
     result_count: int | None = None
     started: float = field(default_factory=time.perf_counter)
@@ -54,6 +54,13 @@ def access_record(request: Request | HttpRequest) -> AccessRecord:
     if record is None:
         record = django_request.__dict__[_ATTRIBUTE] = AccessRecord()
     return record
+
+
+def authenticated_key(request: Request | HttpRequest) -> ApiKey | None:
+    """The key the request authenticated with (tenants.authentication leaves it there)."""
+    django_request = request._request if isinstance(request, Request) else request
+    key: ApiKey | None = django_request.__dict__.get(KEY_ATTRIBUTE)
+    return key
 
 
 def note_access(
@@ -111,7 +118,7 @@ def write_row(request: Request | HttpRequest, status: int) -> None:
     if isinstance(request, Request):
         request = request._request
     record = access_record(request)
-    key = record.api_key
+    key = authenticated_key(request)
     match = request.resolver_match
     path = request.path
     if key is None:
@@ -119,7 +126,7 @@ def write_row(request: Request | HttpRequest, status: int) -> None:
     AccessLog.objects.create(
         project_id=key.project_id if key else None,
         api_key_id=key.pk if key else None,
-        key_prefix=clean_text(record.key_prefix, KEY_PREFIX_LENGTH),
+        key_prefix=clean_text(request.__dict__.get(PREFIX_ATTRIBUTE, ""), KEY_PREFIX_LENGTH),
         client_address=client_address(request),
         request_id=current_request_id(),
         client_request_id=current_client_request_id(),

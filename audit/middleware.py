@@ -23,7 +23,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
-from audit.access import access_record, write_row
+from audit.access import access_record, authenticated_key, write_row
 from tenants.db import project_context
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class AccessLogMiddleware:
         if record.logged == response.status_code:
             return response  # written by the view's tenant transaction, with this status
         try:
-            key = record.api_key
+            key = authenticated_key(request)
             with project_context(key.project_id if key is not None else None):
                 write_row(request, response.status_code)
         except DatabaseError:

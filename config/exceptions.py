@@ -13,10 +13,15 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
-from memory.actions import ImmutableMemoryError, NotRestorableError
-from memory.retrieval.embeddings import EmbeddingError
-
 logger = logging.getLogger(__name__)
+
+
+class RefusedError(ValueError):
+    """A rule refused the change (e.g. an immutable memory); the API answers 400 with it."""
+
+
+class ServiceUnavailableError(RuntimeError):
+    """A service engram depends on failed (e.g. a hosted embedder); the API answers 503."""
 
 
 def _first_message(data: Any, path: str = "") -> str:
@@ -38,7 +43,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             {"detail": f"Request body exceeds the limit of {limit} bytes."},
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
-    if isinstance(exc, ImmutableMemoryError | NotRestorableError):
+    if isinstance(exc, RefusedError):
         # Rules the actions enforce for every caller; for the API, a 400 like any bad input.
         exc = exceptions.ValidationError(str(exc))
     if isinstance(exc, DataError):
@@ -50,7 +55,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             {"detail": "A value in the request cannot be stored (out of range or malformed)."},
             status=status.HTTP_400_BAD_REQUEST,
         )
-    if isinstance(exc, EmbeddingError):
+    if isinstance(exc, ServiceUnavailableError):
         set_rollback()
         return Response(
             {"detail": "The embedding service is unavailable; nothing was changed. Retry later."},

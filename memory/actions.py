@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
+from config.exceptions import RefusedError
 from memory.models import (
     SCOPE_FIELDS,
     Feedback,
@@ -82,11 +83,11 @@ class Actor:
         return cls("command", name)
 
 
-class ImmutableMemoryError(ValueError):
+class ImmutableMemoryError(RefusedError):
     """The change would alter an immutable memory; nothing was written."""
 
 
-class NotRestorableError(ValueError):
+class NotRestorableError(RefusedError):
     """Only a deleted memory can be restored."""
 
 

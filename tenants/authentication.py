@@ -8,10 +8,12 @@ from typing import Any
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from audit.access import access_record
 from tenants.models import KEY_PREFIX_LENGTH, ApiKey
 
 SCHEMES = {"token", "bearer"}
+# Left on the Django request for the access log (audit reads them; tenants imports no audit):
+KEY_ATTRIBUTE = "engram_api_key"  # the authenticated ApiKey
+PREFIX_ATTRIBUTE = "engram_key_prefix"  # the presented key's prefix, even when it fails
 # What ApiKey.generate() makes: "eng_" then URL-safe base64. Only a prefix of that shape is
 # recorded for a failed authentication, so a password pasted by mistake is never logged.
 _PREFIX_SHAPE = re.compile(rf"eng_[A-Za-z0-9_-]{{{KEY_PREFIX_LENGTH - 4}}}")
@@ -52,11 +54,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Malformed Authorization header: expected 'Token <api key>'."
             )
-        access_record(request).key_prefix = presented_prefix(parts[1])
+        request._request.__dict__[PREFIX_ATTRIBUTE] = presented_prefix(parts[1])
         key = authenticate_key(parts[1])
         # No tenant yet: views open the key's tenant transaction (tenants.db.project_context)
         # once their input is valid and their text embedded.
-        access_record(request).api_key = key
+        request._request.__dict__[KEY_ATTRIBUTE] = key
         return (None, key)
 
     def authenticate_header(self, request: Request) -> str:

@@ -17,6 +17,8 @@ import numpy.typing as npt
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from config.exceptions import ServiceUnavailableError
+
 PINS_FILE = Path(__file__).resolve().parent.parent / "model.sha256"
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
 BATCH_SIZE = 64
@@ -101,7 +103,7 @@ class OnnxMiniLM:
         return normalised
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(ServiceUnavailableError):
     """The embedding service failed or answered something unusable."""
 
 
