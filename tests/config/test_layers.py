@@ -1,0 +1,79 @@
+"""The architecture, checked: imports only point down (README § Architecture).
+
+Module-level imports only: an import inside a function is how the one allowed upward reference,
+the on-commit enqueue of a job from memory.actions, stays out of import time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# For each module (or package prefix): the engram modules it must not import at module level.
+FORBIDDEN = {
+    "tenants": ("audit", "memory"),
+    "audit": ("memory",),
+    "config": ("memory",),
+    "memory.models": ("memory.actions", "memory.queries", "memory.api", "memory.extraction"),
+    "memory.retrieval": ("memory.actions", "memory.queries", "memory.api", "memory.extraction"),
+    "memory.queries": ("memory.actions", "memory.api", "memory.extraction"),
+    "memory.actions": ("memory.queries", "memory.api", "memory.extraction"),
+    "memory.extraction": ("memory.api",),
+}
+PACKAGES = ("tenants", "audit", "config", "memory")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    for node in tree.body:  # module level only
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def rules_for(module: str) -> tuple[str, ...]:
+    return tuple(
+        banned
+        for owner, bans in FORBIDDEN.items()
+        if module == owner or module.startswith(owner + ".")
+        for banned in bans
+    )
+
+
+def test_imports_only_point_down() -> None:
+    violations = []
+    checked = 0
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            module = module_name(path)
+            checked += 1
+            violations += [
+                f"{module} imports {imported}"
+                for imported in top_level_imports(path)
+                for banned in rules_for(module)
+                if imported == banned or imported.startswith(banned + ".")
+            ]
+    assert checked > 40  # the walk found the code
+    assert violations == []
+
+
+def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from memory.api.common import tenant\n\ndef f():\n    import memory.queries\n")
+    assert top_level_imports(bad) == {"memory.api.common", "memory.api.common.tenant"}
+    assert rules_for("memory.retrieval.search") == (
+        "memory.actions", "memory.queries", "memory.api", "memory.extraction",
+    )  # fmt: skip
