@@ -35,6 +35,14 @@ def _first_message(data: Any, path: str = "") -> str:
     return f"{path}: {data}" if path else str(data)
 
 
+def _by_field(errors: dict[str, Any] | list[Any]) -> dict[str, Any]:
+    """One shape for `errors`: {field: [messages]} (nested like the input); a refusal of the
+    request as a whole is under "non_field_errors", as DRF names a serializer's own errors."""
+    if isinstance(errors, list):
+        return {"non_field_errors": errors}
+    return {key: [value] if isinstance(value, str) else value for key, value in errors.items()}
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, RequestDataTooBig):
         set_rollback()
@@ -65,7 +73,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError) and isinstance(response.data, dict | list):
-        errors = response.data
+        errors = _by_field(response.data)
         response.data = {"detail": _first_message(errors), "errors": errors}
     elif not isinstance(response.data, dict) or "detail" not in response.data:
         response.data = {"detail": _first_message(response.data)}

@@ -44,12 +44,10 @@ class ClosedObjects(OpenApiSerializerExtension):  # type: ignore[no-untyped-call
 
 @extend_schema_field(
     {
-        "oneOf": [
-            {"type": "object", "additionalProperties": {}},
-            {"type": "array", "items": {"type": "string"}},
-        ],
-        "description": "Every problem: by field name (nested like the input), or a list of "
-        "messages when the request as a whole is refused.",
+        "type": "object",
+        "additionalProperties": {},
+        "description": "Every problem, by field name, each a list of messages (nested like the "
+        'input); a refusal of the request as a whole is under "non_field_errors".',
     }
 )
 class ErrorsField(serializers.JSONField):

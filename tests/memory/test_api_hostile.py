@@ -349,3 +349,23 @@ class AdminLoginLimitTestCase(HostileTestCase):
         assert int(locked["Retry-After"]) > 0
         other = self.client.post("/admin/login/", right, REMOTE_ADDR="127.0.0.2")
         assert other.status_code == 302
+
+
+class ErrorShapeTestCase(HostileTestCase):
+    def test_every_400_lists_its_messages_by_field(self) -> None:
+        refusals = [
+            (self.client.delete("/v1/memories/", headers=auth(self.alice.raw)),
+             "non_field_errors"),
+            (self.client.get("/v1/events/?page=%C2%B2", headers=auth(self.alice.raw)), "page"),
+            (self.call("post", "/v3/memories/search/", {"query": "x", "filters": {"x": 1}}),
+             "filters"),
+            (self.call("post", "/v3/memories/search/", {"query": "x", "top_k": 0}), "top_k"),
+        ]  # fmt: skip
+        for response, field in refusals:
+            body = response.json()
+            assert response.status_code == 400
+            assert list(body["errors"]) == [field], body
+            messages = body["errors"][field]
+            assert isinstance(messages, list), body
+            assert all(isinstance(m, str) for m in messages), body
+            assert messages[0] in body["detail"]
