@@ -13,6 +13,18 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def load_local_env() -> None:
+    """The local cluster's settings (.local/engram.env, written by scripts/pg.sh), for the
+    benchmarks that use Django directly; variables already set win."""
+    path = ROOT / ".local" / "engram.env"
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() and not name.lstrip().startswith("#"):
+            os.environ.setdefault(name.strip(), value.strip().strip("'\""))
+
+
 def default_host() -> str:
     return os.environ.get("ENGRAM_URL", f"http://127.0.0.1:{os.environ.get('ENGRAM_PORT', '8000')}")
 

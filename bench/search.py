@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import Api, default_host, fmt_ms, percentiles
+from common import Api, default_host, fmt_ms, load_local_env, percentiles
+
+load_local_env()
 
 WORDS = {
     "verb": [
