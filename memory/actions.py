@@ -141,8 +141,13 @@ def check_mutable(memory: Memory, actor: Actor, change: str) -> None:
         raise ImmutableMemoryError(f"Memory {memory.id} is immutable and cannot be {change}d.")
 
 
-def _vectors(texts: Iterable[str], given: Mapping[str, Vector] | None) -> dict[str, Vector]:
-    """Vectors for `texts`: the ones given, the rest embedded now (once per distinct text)."""
+def embed_texts(
+    texts: Iterable[str], given: Mapping[str, Vector] | None = None
+) -> dict[str, Vector]:
+    """Vectors for `texts`: the ones given, the rest embedded now (once per distinct text).
+
+    Entry points call it before opening their transaction and pass the result to the action.
+    """
     known = dict(given or {})
     missing = [t for t in dict.fromkeys(texts) if t not in known]
     if missing:
@@ -170,7 +175,7 @@ def do_add_messages(
     who = _as_actor(actor)
     outcome = AddOutcome(event_id=uuid.uuid4())
     turns = [(pos, m) for pos, m in enumerate(messages) if m.role != "system"]
-    known = _vectors((m.content for _, m in turns), vectors)
+    known = embed_texts((m.content for _, m in turns), vectors)
     moment = created_at or timezone.now()
     with project_context(project.pk):
         existing = _existing_by_hash(project, scope, [content_hash(m.content) for _, m in turns])
@@ -382,7 +387,7 @@ def do_batch_update(
     for update in updates:
         check_mutable(update.memory, who, "update")
     texts = [u.text for u in updates if u.text is not None and u.text != u.memory.text]
-    known = _vectors(texts, vectors)
+    known = embed_texts(texts, vectors)
     if not updates:
         return 0
     now = timezone.now()

@@ -22,7 +22,6 @@ from memory.models import (
     MemoryHistory,
     MemoryQuerySet,
 )
-from memory.retrieval.search import ScoredMemory
 
 # Entity types of the Mem0 API and the scope field each one is.
 ENTITY_TYPES = {"user": "user_id", "agent": "agent_id", "app": "app_id", "run": "run_id"}
@@ -83,23 +82,6 @@ def scope_lookup(scope: dict[str, Any]) -> dict[str, Any]:
 def scope_memories(project_id: uuid.UUID, scope: dict[str, Any]) -> MemoryQuerySet:
     """The active memories of exactly one scope (extraction compares new facts with these)."""
     return memories(project_id).active().filter(**scope_lookup(scope))
-
-
-def search(
-    project_id: uuid.UUID,
-    query: str,
-    *,
-    where: Q,
-    embedding: list[float],
-    top_k: int,
-    threshold: float,
-    exact: bool,
-    **options: Any,
-) -> list[ScoredMemory]:
-    """Hybrid search over the memories `matching` would return (options: as `matching`)."""
-    return matching(project_id, where, **options).search(
-        query, top_k=top_k, threshold=threshold, embedding=embedding, exact=exact
-    )
 
 
 def entities(project_id: uuid.UUID) -> tuple[QuerySet[Any, dict[str, Any]], dict[str, int]]:

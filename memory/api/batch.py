@@ -16,7 +16,6 @@ from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import actor, project_id, tenant
 from memory.models import Memory
-from memory.retrieval.embeddings import embed
 
 
 def _batch_memories(request: Request, ids: list[uuid.UUID]) -> dict[uuid.UUID, Memory]:
@@ -47,8 +46,7 @@ def batch(request: Request) -> Response:
     serializer = s.BatchSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     items = serializer.validated_data["memories"]
-    texts = list(dict.fromkeys(i["text"] for i in items if i.get("text") is not None))
-    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    vectors = actions.embed_texts(i["text"] for i in items if i.get("text") is not None)
     with tenant(request):
         memories = _batch_memories(request, [item["memory_id"] for item in items])
         if request.method == "DELETE":

@@ -42,8 +42,7 @@ def add(request: Request) -> Response:
     if data["infer"]:
         return queue_add(request, serializer)
     scope = serializer.scope()
-    texts = list(dict.fromkeys(m.content for m in data["messages"] if m.role != "system"))
-    vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+    vectors = actions.embed_texts(m.content for m in data["messages"] if m.role != "system")
     with tenant(request):
         outcome = actions.do_add_messages(
             request_key(request).project,
