@@ -340,3 +340,33 @@ class MemoryHistory(Scoped):
 
     def __str__(self) -> str:
         return f"{self.event} {self.memory_id}"
+
+
+class MemoryEntity(Scoped):
+    """Which entities a memory mentions: the relational side of the graph (memory.graph).
+
+    Search's hot path reads it ("memories linked to these entity names in this scope") without
+    touching AGE; memory.graph writes it in the same transaction as the entity's vertex.
+    `entity_name` is the normalised name (memory.graph.normalise_name); `vertex_id` is the
+    entity's AGE graph id in the project's graph.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="entity_links")
+    entity_name = models.TextField()
+    vertex_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["memory", "entity_name"], name="memory_entity_once")
+        ]
+        indexes: ClassVar = [
+            models.Index(
+                fields=["project", "entity_name", "user_id"], name="memory_entity_name_scope"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.entity_name} in {self.memory_id}"

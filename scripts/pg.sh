@@ -128,6 +128,9 @@ SQL
         for ext in "${EXTENSIONS[@]}"; do
             psql_super -d "$db" -c "CREATE EXTENSION IF NOT EXISTS $ext" 2>&1 | grep -v NOTICE || true
         done
+        # AGE's schema belongs to the superuser with no grants: the owner creates graphs
+        # (memory.graph's engram_ensure_graph) and the app runs cypher(), both need USAGE.
+        psql_super -d "$db" -c "GRANT USAGE ON SCHEMA ag_catalog TO $OWNER_ROLE, $APP_ROLE"
     done
 }
 

@@ -18,4 +18,7 @@ for db in template1 "$DB"; do
         psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "$db" \
             -c "CREATE EXTENSION IF NOT EXISTS $ext"
     done
+    # AGE's schema: the owner creates graphs, the app runs cypher() (as scripts/pg.sh).
+    psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "$db" \
+        -c "GRANT USAGE ON SCHEMA ag_catalog TO engram_owner, engram_app"
 done

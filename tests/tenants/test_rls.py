@@ -10,7 +10,14 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from audit.models import AccessLog
-from memory.models import Feedback, MemoryEvent, MemoryExport, MemoryHistory, ScopeSummary
+from memory.models import (
+    Feedback,
+    MemoryEntity,
+    MemoryEvent,
+    MemoryExport,
+    MemoryHistory,
+    ScopeSummary,
+)
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory
@@ -41,6 +48,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_scopesummary": lambda project_id: ScopeSummary.objects.create(
         project_id=project_id, user_id="alice", text="x"
+    ),
+    "memory_memoryentity": lambda project_id: MemoryEntity.objects.create(
+        project_id=project_id, memory=make_memory(project_id), entity_name="x", user_id="alice"
     ),
 }
 

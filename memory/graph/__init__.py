@@ -1,0 +1,82 @@
+"""The graph: entities and their relations, one Apache AGE graph per project (issue #9).
+
+Owns: the AGE graph of each project (vertices `Entity`, edges `RELATES`), the Cypher that reads
+and writes it, and the relational memory <-> entity index (memory.models.MemoryEntity) kept
+consistent with it. May import memory.models and tenants only; nothing in memory.retrieval,
+queries or actions imports it yet (extraction, the entity search signal and the API will).
+
+Tenant isolation:
+
+- Graph name. A project's graph is `g_` + the project's UUID in hex (graph_name): derived, never
+  taken from input, checked against ^g_[0-9a-f]{32}$ before it is placed in a query.
+- First wall, in code. Every function takes the project id and runs inside
+  tenants.db.project_context(project), so the tenant of the transaction and the graph named in
+  the query are the same project by construction.
+- Creation. The app role cannot create schemas. engram_ensure_graph(project) (owner-owned,
+  SECURITY DEFINER, fixed search_path; memory migration 0012) creates the graph, its labels and
+  indexes on first use and grants the calling role USAGE on the graph's schema, SELECT / INSERT
+  / UPDATE on its label tables and USAGE on its id sequences: no DELETE, no DDL (the app cannot
+  add labels or drop the graph). It refuses any project but engram_current_project(), so from
+  A's context nobody can create, or be granted, B's graph.
+- Second wall, row-level security. Each table of a graph's schema has a forced policy
+  `engram_current_project() = '<that project>'`. AGE 1.5 compiles MATCH into ordinary scans, so
+  the policy applies: a query on another project's graph, or with no tenant, matches nothing
+  (and so SET can change nothing). It does NOT stop writes: AGE 1.5 inserts CREATE / MERGE rows
+  directly, skipping WITH CHECK policies and triggers, so for new vertices and edges the first
+  wall is the only one. (The grants are per role, not per tenant: the app role holds USAGE on
+  every graph it has used; the policies are what tell tenants apart.)
+- AGE 1.5 also checks no table privileges on its own writes: a Cypher DELETE works without the
+  DELETE grant (plain SQL DELETE is refused). So no query here deletes (a test reads them all);
+  edges are invalidated, never erased. GDPR erasure of a user's vertices and edges is for the
+  database-side purge path.
+
+Values reach Cypher only as parameters: AGE's third cypher() argument, an agtype map sent as a
+server-side bound parameter (psycopg binds it as $1; AGE refuses a literal there). The only
+text formatted into a query is the checked graph name and integers (traversal depth).
+"""
+
+from memory.graph.store import (
+    ENTITY_LABEL,
+    MAX_DEPTH,
+    MAX_LIMIT,
+    RELATION_LABEL,
+    Entity,
+    Relation,
+    Scope,
+    Traversal,
+    ensure_graph,
+    find_entity,
+    graph_name,
+    invalidate_relations,
+    link_memory,
+    memory_ids_for_entities,
+    normalise_name,
+    normalise_relationship,
+    relations,
+    traverse,
+    upsert_entity,
+    upsert_relation,
+)
+
+__all__ = [
+    "ENTITY_LABEL",
+    "MAX_DEPTH",
+    "MAX_LIMIT",
+    "RELATION_LABEL",
+    "Entity",
+    "Relation",
+    "Scope",
+    "Traversal",
+    "ensure_graph",
+    "find_entity",
+    "graph_name",
+    "invalidate_relations",
+    "link_memory",
+    "memory_ids_for_entities",
+    "normalise_name",
+    "normalise_relationship",
+    "relations",
+    "traverse",
+    "upsert_entity",
+    "upsert_relation",
+]
