@@ -59,3 +59,43 @@ class AccessLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} {self.status}"
+
+
+class PurgeRecord(models.Model):
+    """One row per erasure (GDPR): what was removed, never whose data it was.
+
+    Written only by the database function `engram_erase_user` (audit migration 0008), in the
+    erasure's own transaction. It holds the project, the kind of subject ("user"), a salted
+    hash of the erased id (memory.actions.erasure_subject_hash: HMAC-SHA256 with a key derived
+    from SECRET_KEY), the number of rows removed or rewritten per store, and who asked. No text,
+    no id in clear. Append-only in the database like the access log: the application role may
+    only read and insert, and the trigger refuses UPDATE and DELETE for every role, erasure
+    included.
+    """
+
+    APPEND_ONLY = True
+
+    class Subject(models.TextChoices):
+        USER = "user"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No database constraint: the record outlives the project it names.
+    project = models.ForeignKey(
+        Project, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    subject_kind = models.CharField(max_length=20, choices=Subject.choices)
+    subject_hash = models.CharField(max_length=64)
+    # Rows per store: {"memories": 3, "history": 5, "access_log": 2, …}.
+    counts = models.JSONField(default=dict)
+    # Who asked: "command:purge_user", "api:<key prefix>", "user:<username>", …
+    actor = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            models.Index(fields=["project", "created_at"], name="purgerecord_project_time"),
+            models.Index(fields=["subject_hash"], name="purgerecord_subject"),
+        ]
+
+    def __str__(self) -> str:
+        return f"purge of {self.subject_kind} {self.subject_hash[:12]}…"

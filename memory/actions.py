@@ -13,23 +13,26 @@ management command. Each one:
 
 Text is embedded before any transaction opens: callers pass the vectors they computed, or let
 the action embed (then call it outside a transaction: a hosted embedder is an HTTP call). Hard
-erasure (GDPR) is not here yet: it will be the database-side purge path.
+erasure (GDPR) is `do_erase_user`, which calls the one database-side erasure path.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from config.exceptions import RefusedError
 from memory.models import (
     SCOPE_FIELDS,
+    SCOPE_MAX_LENGTH,
     Feedback,
     Memory,
     MemoryEvent,
@@ -449,3 +452,50 @@ def schedule_summary_refresh(event: MemoryEvent) -> None:
 
     args = (str(event.id), str(event.project_id))
     transaction.on_commit(lambda: refresh_summary.send(*args))
+
+
+# The label of the key that hashes erased ids: HMAC-SHA256 keyed by a key derived from
+# SECRET_KEY and this label (django.utils.crypto.salted_hmac). Rotating SECRET_KEY changes
+# every future hash, so earlier purge records no longer match the same id.
+ERASURE_HASH_LABEL = "engram.erasure.subject.v1"
+# The stores engram_erase_user reports on, in the order they are listed.
+ERASURE_STORES = (
+    "memories", "feedback", "entity_links", "history", "summaries", "events", "queue_messages",
+    "exports", "access_log",
+)  # fmt: skip
+
+
+def erasure_subject_hash(project_id: uuid.UUID, kind: str, subject_id: str) -> str:
+    """The salted hash an erased id is replaced by (64 hex digits), per project and kind."""
+    value = f"{project_id}:{kind}:{subject_id}"
+    return salted_hmac(ERASURE_HASH_LABEL, value, algorithm="sha256").hexdigest()
+
+
+def do_erase_user(
+    project: Project | uuid.UUID, user_id: str, *, actor: Actor | str, dry_run: bool = False
+) -> dict[str, int]:
+    """Erase one user of one project from every store, for good (GDPR right to erasure).
+
+    One call of the database function `engram_erase_user` (audit migration 0008), in one
+    transaction in the project's tenant context: it deletes the user's memories, their
+    feedback, entity links and history, scope summaries, add requests and their queue
+    messages, and the exports that hold any of it; replaces the id by its salted hash in the
+    access log; and writes a purge record with the counts. Returns the rows per store;
+    `dry_run` counts only and writes nothing. A second run erases nothing and records that.
+    Not yet: the project's AGE graph (vertices and edges of the user's entities).
+    """
+    if not user_id or len(user_id) > SCOPE_MAX_LENGTH:
+        raise ValueError(f"user_id must have 1 to {SCOPE_MAX_LENGTH} characters.")
+    project_id = project.pk if isinstance(project, Project) else project
+    subject = erasure_subject_hash(project_id, "user", user_id)
+    with project_context(project_id), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT engram_erase_user(%s, %s, %s, %s, %s)",
+            [project_id, user_id, subject, str(_as_actor(actor)), dry_run],
+        )
+        row = cursor.fetchone()
+    counts = row[0] if row else {}
+    if isinstance(counts, str):  # Django leaves jsonb undecoded outside a JSONField
+        counts = json.loads(counts)
+    ordered = sorted(counts, key=lambda s: ERASURE_STORES.index(s) if s in ERASURE_STORES else 99)
+    return {store: int(counts[store]) for store in ordered}

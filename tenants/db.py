@@ -128,6 +128,10 @@ NARROW_PRIVILEGES: dict[str, LiteralString] = {
     "tenants_apikey": "SELECT, INSERT, DELETE, UPDATE (name, last_used_at, revoked_at)",
 }
 
+# SECURITY DEFINER functions (owned by the owner role) the application role may EXECUTE, and
+# no other role: the one way into the append-only tables (audit migration 0008, GDPR erasure).
+APP_FUNCTIONS: tuple[LiteralString, ...] = ("engram_erase_user(uuid, text, text, text, boolean)",)
+
 
 def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
     """After each migrate, give the application role what it needs and no more.
@@ -136,6 +140,7 @@ def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
     a narrowed grant also takes effect on a database migrated before. Tables whose model sets
     `APPEND_ONLY = True` get INSERT and SELECT only (their triggers also refuse UPDATE and
     DELETE, for every role); NARROW_PRIVILEGES lists the others that get less than full DML.
+    Of the functions, it may EXECUTE those of APP_FUNCTIONS (and what PUBLIC may).
     """
     connection = connections[using]
     role: str = settings.ENGRAM_DB_APP_ROLE
@@ -156,6 +161,15 @@ def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
             [list(NARROW_PRIVILEGES)],
         )
         narrowed = [row[0] for row in cursor.fetchall()]
+        # Of the append-only tables, those that exist (migrating backwards removes some).
+        cursor.execute(
+            "SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r' "
+            "AND relnamespace = 'public'::regnamespace",
+            [append_only],
+        )
+        append_only = [row[0] for row in cursor.fetchall()]
+        # Those that exist yet (a database migrated part of the way has not all of them).
+        functions = [f for f in APP_FUNCTIONS if _function_exists(cursor, f)]
     grants = (
         "GRANT USAGE ON SCHEMA {} TO {}",
         "REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}",
@@ -173,7 +187,18 @@ def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:
         sql.SQL("REVOKE UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(sql.Identifier(t), ident)
         for t in append_only
     ]
+    for function in functions:
+        statements += [
+            sql.SQL("REVOKE ALL ON FUNCTION {} FROM PUBLIC, {}").format(sql.SQL(function), ident),
+            sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(sql.SQL(function), ident),
+        ]
     with transaction.atomic(using=using), connection.cursor() as cursor:
         raw = cursor.connection
         for statement in statements:
             cursor.execute(statement.as_string(raw))
+
+
+def _function_exists(cursor: Any, signature: str) -> bool:
+    cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [signature])
+    row = cursor.fetchone()
+    return bool(row and row[0])

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 
+from tenants.db import APP_FUNCTIONS
 from tenants.models import ApiKey
 from tests.base import BaseTestCase
 
@@ -80,3 +81,24 @@ class GrantsTestCase(BaseTestCase):
             True,
             self.alice.key.key_hash,
         )
+
+    def test_it_can_only_read_and_add_purge_records(self) -> None:
+        assert has_table_privilege("audit_purgerecord", "SELECT")
+        assert has_table_privilege("audit_purgerecord", "INSERT")
+        for privilege in ("UPDATE", "DELETE", "TRUNCATE"):
+            assert not has_table_privilege("audit_purgerecord", privilege), privilege
+
+    def test_it_may_execute_the_erasure_function_and_no_other_role_may(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT has_function_privilege(current_user, p.oid, 'EXECUTE'), p.prosecdef, "
+                "p.proconfig, pg_get_userbyid(p.proowner) = current_user, "
+                "(SELECT array_agg(a.grantee::regrole::text) FROM aclexplode(p.proacl) a "
+                " WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner) "
+                "FROM pg_proc p WHERE p.oid = to_regprocedure(%s)",
+                [APP_FUNCTIONS[0]],
+            )
+            executes, definer, config, owned_by_app, grantees = cursor.fetchone()
+        assert (executes, definer, owned_by_app) == (True, True, False)
+        assert config == ["search_path=pg_catalog, public, pg_temp"]
+        assert grantees == [connection.settings_dict["USER"]]  # not PUBLIC ("-")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from audit.models import AccessLog
+from audit.models import AccessLog, PurgeRecord
 from memory.models import (
     Feedback,
     MemoryEntity,
@@ -32,6 +32,9 @@ RLS_EXEMPT = {
 ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     "audit_accesslog": lambda project_id: AccessLog.objects.create(
         project_id=project_id, request_id="r", method="GET", path="/", status=200, duration_ms=1
+    ),
+    "audit_purgerecord": lambda project_id: PurgeRecord.objects.create(
+        project_id=project_id, subject_kind="user", subject_hash="0" * 64, actor="test"
     ),
     "memory_memory": make_memory,
     "memory_memoryhistory": lambda project_id: MemoryHistory.objects.create(
