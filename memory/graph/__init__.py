@@ -25,6 +25,12 @@ Tenant isolation:
   directly, skipping WITH CHECK policies and triggers, so for new vertices and edges the first
   wall is the only one. (The grants are per role, not per tenant: the app role holds USAGE on
   every graph it has used; the policies are what tell tenants apart.)
+- What the wall costs: AGE's agtype functions are not LEAKPROOF, so under a policy PostgreSQL
+  will not use an index for a property test on a query over ONE label table (the entity
+  lookups: a scan of the project's Entity rows, ~1.3 ms at 2,000 entities). In joins the
+  constant policy test becomes a one-time filter and the indexes serve (edge lookups, the
+  traversal steps: see bench/graph.py --plans). Anchoring lookups on a relational
+  (project, scope, name) -> vertex id table would remove that scan.
 - AGE 1.5 also checks no table privileges on its own writes: a Cypher DELETE works without the
   DELETE grant (plain SQL DELETE is refused). So no query here deletes (a test reads them all);
   edges are invalidated, never erased. GDPR erasure of a user's vertices and edges is for the

@@ -163,7 +163,8 @@ _RELATION_OUT: LiteralString = (
 )
 
 _BUMP_ENTITY: LiteralString = (
-    "MATCH (n:Entity {name: $name, scope: $scope}) SET n.mentions = n.mentions + $increment "
+    "MATCH (n:Entity) WHERE n.name = $name AND n.scope = $scope "
+    "SET n.mentions = n.mentions + $increment "
     "RETURN " + _ENTITY_OUT
 )
 _CREATE_ENTITY: LiteralString = (
@@ -171,17 +172,18 @@ _CREATE_ENTITY: LiteralString = (
     "user_id: $user_id, agent_id: $agent_id, app_id: $app_id, run_id: $run_id, "
     "created_at: $now, mentions: $increment}) RETURN " + _ENTITY_OUT
 )
+# Anchored on the source's name (the entity_name index), then along relates_start.
 _FIND_EDGE: LiteralString = (
-    "MATCH (a:Entity {name: $src, scope: $scope})"
-    "-[r:RELATES {type: $type, scope: $scope, valid: true}]->"
-    "(b:Entity {name: $dst, scope: $scope}) "
+    "MATCH (a:Entity)-[r:RELATES {type: $type, scope: $scope, valid: true}]->(b:Entity) "
+    "WHERE a.name = $src AND a.scope = $scope AND b.name = $dst AND b.scope = $scope "
 )
 _MATCH_RELATION: LiteralString = _FIND_EDGE + "RETURN " + _RELATION_OUT
 _APPEND_MEMORY: LiteralString = (
     _FIND_EDGE + "SET r.memory_ids = $memory_ids RETURN " + _RELATION_OUT
 )
 _CREATE_RELATION: LiteralString = (
-    "MATCH (a:Entity {name: $src, scope: $scope}), (b:Entity {name: $dst, scope: $scope}) "
+    "MATCH (a:Entity), (b:Entity) "
+    "WHERE a.name = $src AND a.scope = $scope AND b.name = $dst AND b.scope = $scope "
     "CREATE (a)-[r:RELATES {type: $type, scope: $scope, user_id: $user_id, agent_id: $agent_id, "
     "app_id: $app_id, run_id: $run_id, valid: true, created_at: $now, invalidated_at: '', "
     "memory_ids: $memory_ids, event_id: $event_id}]->(b) RETURN " + _RELATION_OUT
@@ -191,8 +193,8 @@ _INVALIDATE_BY_ID: LiteralString = (
     "WHERE id(r) IN $ids SET r.valid = false, r.invalidated_at = $now RETURN " + _RELATION_OUT
 )
 _INVALIDATE_BY_MATCH: LiteralString = (
-    "MATCH (a:Entity {name: $src, scope: $scope})-[r:RELATES {scope: $scope, valid: true}]->"
-    "(b:Entity {scope: $scope}) WHERE ($dst IS NULL OR b.name = $dst) "
+    "MATCH (a:Entity)-[r:RELATES {scope: $scope, valid: true}]->(b:Entity) "
+    "WHERE a.name = $src AND a.scope = $scope AND ($dst IS NULL OR b.name = $dst) "
     "AND ($type IS NULL OR r.type = $type) "
     "SET r.valid = false, r.invalidated_at = $now RETURN " + _RELATION_OUT
 )
@@ -202,15 +204,29 @@ _LIST_RELATIONS: LiteralString = (
     "WITH a, r, b ORDER BY r.created_at, id(r) SKIP $offset LIMIT $limit "
     "RETURN " + _RELATION_OUT
 )
-_FIND_ENTITY: LiteralString = "MATCH (n:Entity {name: $name, scope: $scope}) RETURN " + _ENTITY_OUT
-# One step of a traversal: the edges touching the frontier, either way round.
-_NEIGHBOURS: LiteralString = (
-    "MATCH (x:Entity {scope: $scope})-[r:RELATES {scope: $scope}]-(y:Entity) "
-    "WHERE id(x) IN $frontier AND ($include_invalid OR r.valid = true) "
-    "WITH x, r, y ORDER BY id(r) LIMIT $limit "
-    "RETURN {id: id(r), p: properties(r), start: start_id(r), "
-    "x_id: id(x), x: properties(x), y_id: id(y), y: properties(y)}"
+_FIND_ENTITY: LiteralString = (
+    "MATCH (n:Entity) WHERE n.name = $name AND n.scope = $scope RETURN " + _ENTITY_OUT
 )
+# One step of a traversal: the valid (or all) edges of the scope touching the frontier, either
+# way round, not yet seen. Plain SQL over the graph's label tables, not Cypher: AGE 1.5 compiles
+# `id(x) IN $list` into an expression no index serves and scanned every edge of the scope per
+# step; here the frontier meets the start_id / end_id indexes. Values are still parameters (the
+# ids as a graphid[] literal of integers, the filter as an agtype map); row-level security
+# applies as to any read.
+_NEIGHBOURS_SQL: LiteralString = """
+SELECT r.id::text, r.start_id::text, r.end_id::text,
+       ag_catalog.agtype_out(r.properties)::text, ag_catalog.agtype_out(s.properties)::text,
+       ag_catalog.agtype_out(e.properties)::text
+FROM {graph}."RELATES" r
+JOIN {graph}."Entity" s ON s.id = r.start_id
+JOIN {graph}."Entity" e ON e.id = r.end_id
+WHERE (r.start_id = ANY(%(frontier)s::ag_catalog.graphid[])
+       OR r.end_id = ANY(%(frontier)s::ag_catalog.graphid[]))
+  AND NOT r.id = ANY(%(seen)s::ag_catalog.graphid[])
+  AND r.properties OPERATOR(ag_catalog.@>) %(filter)s::ag_catalog.agtype
+ORDER BY r.id
+LIMIT %(limit)s
+"""
 
 
 def _now() -> str:
@@ -476,39 +492,63 @@ def traverse(
         for _ in range(depth):
             if not frontier or len(edges) >= limit:
                 break
-            rows = _cypher(
-                graph,
-                _NEIGHBOURS,
-                {
-                    "scope": scope.key,
-                    "frontier": frontier,
-                    "include_invalid": bool(include_invalid),
-                    "limit": limit - len(edges),
-                },
-            )
             reached: list[int] = []
-            for row in rows:
-                forward = row["start"] == row["x_id"]
-                a, b = ("x", "y") if forward else ("y", "x")
-                relation = Relation.from_row(
-                    {
-                        "id": row["id"],
-                        "p": row["p"],
-                        "src": row[a]["name"],
-                        "dst": row[b]["name"],
-                        "src_id": row[a + "_id"],
-                        "dst_id": row[b + "_id"],
-                    }
-                )
-                if relation.id in edges:
-                    continue
+            step = _Step(scope, frontier, list(edges), include_invalid, limit - len(edges))
+            for relation, ends in _neighbours(graph, step):
                 edges[relation.id] = relation
-                vid, props = row["y_id"], row["y"]
-                if vid not in nodes:
-                    nodes[vid] = Entity.from_row({"id": vid, "p": props})
-                    reached.append(vid)
+                for end in ends:
+                    if end.id not in nodes:
+                        nodes[end.id] = end
+                        reached.append(end.id)
             frontier = reached
     return Traversal(nodes=list(nodes.values()), relations=list(edges.values()))
+
+
+@dataclass(frozen=True)
+class _Step:
+    scope: Scope
+    frontier: list[int]
+    seen: list[int]
+    include_invalid: bool
+    limit: int
+
+
+def _graphids(ids: Iterable[int]) -> str:
+    return "{" + ",".join(str(int(i)) for i in ids) + "}"
+
+
+def _neighbours(graph: str, step: _Step) -> list[tuple[Relation, tuple[Entity, Entity]]]:
+    wanted: dict[str, Any] = {"scope": step.scope.key}
+    if not step.include_invalid:
+        wanted["valid"] = True
+    statement = _NEIGHBOURS_SQL.replace("{graph}", _checked(graph))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statement,
+            {
+                "frontier": _graphids(step.frontier),
+                "seen": _graphids(step.seen),
+                "filter": json.dumps(wanted, ensure_ascii=False),
+                "limit": step.limit,
+            },
+        )
+        rows = cursor.fetchall()
+    found = []
+    for edge_id, start_id, end_id, props, start_props, end_props in rows:
+        source = Entity.from_row({"id": start_id, "p": json.loads(start_props)})
+        destination = Entity.from_row({"id": end_id, "p": json.loads(end_props)})
+        relation = Relation.from_row(
+            {
+                "id": edge_id,
+                "p": json.loads(props),
+                "src": source.name,
+                "dst": destination.name,
+                "src_id": start_id,
+                "dst_id": end_id,
+            }
+        )
+        found.append((relation, (source, destination)))
+    return found
 
 
 # -- the memory <-> entity index ---------------------------------------------------------------

@@ -32,9 +32,12 @@ BEGIN
         PERFORM ag_catalog.create_graph(g::name);
         PERFORM ag_catalog.create_vlabel(g::name, 'Entity'::name);
         PERFORM ag_catalog.create_elabel(g::name, 'RELATES'::name);
-        -- AGE 1.5 indexes nothing: the ids the joins follow, and the property maps that
-        -- MATCH {name:…, scope:…} patterns test by containment (@>).
+        -- AGE 1.5 indexes nothing: the ids the joins follow; an entity's name, as AGE
+        -- compiles `n.name = $name` (the anchor of every lookup); and the property maps,
+        -- for MATCH {…} patterns that test containment (@>).
         EXECUTE format('CREATE UNIQUE INDEX entity_id ON %I."Entity" (id)', g);
+        EXECUTE format('CREATE INDEX entity_name ON %I."Entity" (ag_catalog.agtype_access_operator('
+                       'VARIADIC ARRAY[properties, ''"name"''::ag_catalog.agtype]))', g);
         EXECUTE format('CREATE INDEX entity_props ON %I."Entity" '
                        'USING gin (properties)', g);
         EXECUTE format('CREATE UNIQUE INDEX relates_id ON %I."RELATES" (id)', g);

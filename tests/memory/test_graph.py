@@ -261,6 +261,32 @@ class GraphTestCase(BaseTestCase):
         for query in queries:
             assert not re.search(r"\b(DELETE|REMOVE|DETACH|DROP)\b", query, re.IGNORECASE), query
 
+    def test_the_graph_gets_its_indexes_and_policies(self) -> None:
+        graph.upsert_relation(self.a, "alice", "likes", "tea", ALICE)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s",
+                [graph.graph_name(self.a)],
+            )
+            indexes = {row[0] for row in cursor.fetchall()}
+            cursor.execute(
+                "SELECT c.relname, c.relforcerowsecurity FROM pg_class c "
+                "WHERE c.relnamespace = to_regnamespace(%s) AND c.relkind = 'r'",
+                [graph.graph_name(self.a)],
+            )
+            tables = dict(cursor.fetchall())
+        assert indexes >= {
+            "entity_id",
+            "entity_name",
+            "entity_props",
+            "relates_id",
+            "relates_start",
+            "relates_end",
+            "relates_props",
+        }
+        assert set(tables) >= {"Entity", "RELATES", "_ag_label_vertex", "_ag_label_edge"}
+        assert all(tables.values()), tables
+
     def test_the_memory_entity_index_is_kept_with_the_graph(self) -> None:
         tea = self.memory("Alice likes tea")
         cake = self.memory("Alice and Bob like cake")

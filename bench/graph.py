@@ -1,0 +1,138 @@
+"""Graph storage figures on the real database (AGE through memory.graph, as the app role).
+
+In a fresh project: one scope with E edges (default 10,000) among N entities (default 2,000),
+written one upsert_relation per transaction (the throughput figure), then traversals from
+random entities at depth 1, 2 and 3 (limit 100): p50 / p95. Also prints the plan of one
+traversal step, to show the label tables' indexes at work.
+
+    make migrate
+    .venv/bin/python bench/graph.py [--edges 10000 --entities 2000 --traversals 300]
+    .venv/bin/python bench/graph.py --plans   # only the plans, on the last generated graph
+    (the environment of .local/engram.env is read)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
+
+from common import fmt_ms, load_local_env, percentiles
+
+load_local_env()
+
+RELATIONSHIPS = ["knows", "likes", "works at", "lives in", "visited", "owns", "uses", "met"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--edges", type=int, default=10_000)
+    parser.add_argument("--entities", type=int, default=2_000)
+    parser.add_argument("--traversals", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--plans", action="store_true", help="only the plans, on the last data set")
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from memory import graph
+    from tenants.actions import do_create_api_key
+
+    rng = random.Random(args.seed)
+    if args.plans:
+        from tenants.models import Project
+
+        last = Project.objects.filter(organization__name="bench", name__startswith="graph-")
+        plans(last.latest("created_at").pk, graph.Scope(user_id="bench-user"), "entity 0")
+        return
+    project = do_create_api_key(
+        org_name="bench", project_name=f"graph-{int(time.time())}"
+    ).key.project_id
+    scope = graph.Scope(user_id="bench-user")
+    entities = [f"entity {i}" for i in range(args.entities)]
+
+    started = time.perf_counter()
+    made: set[tuple[str, str, str]] = set()
+    while len(made) < args.edges:
+        triple = (rng.choice(entities), rng.choice(RELATIONSHIPS), rng.choice(entities))
+        if triple[0] == triple[2] or triple in made:
+            continue
+        made.add(triple)
+        graph.upsert_relation(project, *triple[:2], triple[2], scope)
+        if len(made) % 2000 == 0:
+            print(f"  {len(made)} edges", flush=True)
+    elapsed = time.perf_counter() - started
+    print(
+        f"upsert_relation: {args.edges} new edges in {elapsed:.1f} s = "
+        f"{args.edges / elapsed:.0f}/s (one transaction each)"
+    )
+    started = time.perf_counter()
+    sample = rng.sample(sorted(made), 1000)
+    for triple in sample:
+        graph.upsert_relation(project, *triple[:2], triple[2], scope)
+    elapsed = time.perf_counter() - started
+    print(f"upsert_relation of existing edges (merge): {1000 / elapsed:.0f}/s")
+
+    for depth in (1, 2, 3):
+        samples, sizes = [], []
+        for _ in range(args.traversals):
+            start = time.perf_counter()
+            found = graph.traverse(project, scope, rng.choice(entities), depth=depth, limit=100)
+            samples.append((time.perf_counter() - start) * 1000)
+            sizes.append(len(found.relations))
+        sizes.sort()
+        print(
+            f"traverse depth {depth} (limit 100): {fmt_ms(percentiles(samples))}; "
+            f"relations returned median {sizes[len(sizes) // 2]}"
+        )
+
+    plans(project, scope, entities[0])
+
+
+def plans(project, scope, entity: str) -> None:
+    """EXPLAIN ANALYZE of the entity lookup (Cypher) and of one traversal step (SQL)."""
+    import psycopg
+    from django.db import connection
+
+    from memory import graph
+    from memory.graph import store
+    from tenants.db import project_context
+
+    with project_context(project):
+        name = graph.ensure_graph(project)
+        root = graph.find_entity(project, scope, entity)
+        assert root is not None
+        raw = connection.connection
+        assert isinstance(raw, psycopg.Connection)
+        with psycopg.Cursor(raw) as cursor:
+            lookup = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM ag_catalog.cypher("
+            lookup += f"'{name}', $$ {store._FIND_ENTITY} $$, %s) AS (v ag_catalog.agtype)"
+            cursor.execute(lookup, [json.dumps({"name": root.name, "scope": scope.key})])
+            print("\nplan of the entity lookup (Cypher, MATCH {name, scope}):")
+            print("\n".join(row[0] for row in cursor.fetchall()))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
+                + store._NEIGHBOURS_SQL.replace("{graph}", name),
+                {
+                    "frontier": f"{{{root.id}}}",
+                    "seen": "{}",
+                    "filter": json.dumps({"scope": scope.key, "valid": True}),
+                    "limit": 100,
+                },
+            )
+            print("\nplan of one traversal step (SQL over the label tables):")
+            print("\n".join(row[0] for row in cursor.fetchall()))
+
+
+if __name__ == "__main__":
+    main()
