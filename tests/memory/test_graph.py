@@ -234,6 +234,18 @@ class GraphTestCase(BaseTestCase):
                 cursor.execute(f'SELECT count(*) FROM {graph.graph_name(self.b)}."Entity"')  # noqa: S608
                 assert cursor.fetchone() == (0,)
 
+    def test_writes_rely_on_the_first_wall(self) -> None:
+        """AGE 1.5 inserts around WITH CHECK policies: a CREATE into B's graph from A's context
+        is not stopped by the database (the rows stay invisible to A). The store never names
+        a graph other than its tenant's; if AGE starts enforcing this, update the docstring."""
+        graph.upsert_relation(self.b, "bob", "likes", "coffee", ALICE)
+        query = "CREATE (n:Entity {name: $name}) RETURN {id: id(n)}"
+        with project_context(self.a):
+            graph.ensure_graph(self.a)
+            made = graph.store._cypher(graph.graph_name(self.b), query, {"name": "stray"})
+        assert len(made) == 1
+        assert graph.find_entity(self.b, ALICE, "bob") is not None
+
     def test_the_app_role_cannot_delete_or_change_the_graphs_schema(self) -> None:
         graph.upsert_relation(self.a, "alice", "likes", "tea", ALICE)
         name = graph.graph_name(self.a)
