@@ -21,6 +21,14 @@ FORBIDDEN = {
     "memory.queries": ("memory.actions", "memory.api", "memory.extraction"),
     "memory.actions": ("memory.queries", "memory.api", "memory.extraction"),
     "memory.extraction": ("memory.api",),
+    # The graph store sits beside retrieval: models and tenants only (for now nothing imports it).
+    "memory.graph": (
+        "memory.actions",
+        "memory.queries",
+        "memory.api",
+        "memory.extraction",
+        "memory.retrieval",
+    ),
 }
 PACKAGES = ("tenants", "audit", "config", "memory")
 
