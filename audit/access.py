@@ -9,7 +9,8 @@ requests that opened no tenant transaction).
 
 What a row stores is sanitised so that the insert cannot fail on the request's own content:
 NUL characters are dropped, lone surrogates become U+FFFD, and every string is cut to its
-column (scope values to SCOPE_VALUE_CHARS, at most SCOPE_VALUES per scope key). A request
+column (scope values to SCOPE_VALUE_CHARS, at most SCOPE_VALUES per scope key; the client's
+identity headers, CLIENT_HEADERS, to CLIENT_HEADER_CHARS each, any other header ignored). A request
 without a project (no key, a bad or revoked one) keeps the route it matched instead of its
 path, and no scope: its row is operator telemetry and must not carry a tenant's user ids.
 """
@@ -78,6 +79,17 @@ def note_access(
 
 SCOPE_VALUE_CHARS = 200
 SCOPE_VALUES = 20
+# The headers by which current Mem0 clients name themselves (mem0ai >= 2.1 and its CLI):
+# recorded as sent, never required. Any other header is not kept.
+CLIENT_HEADERS = (
+    "X-Mem0-Source",
+    "X-Application",
+    "X-Mem0-Client",
+    "X-Mem0-Client-Language",
+    "X-Mem0-Client-Version",
+    "X-Mem0-Caller-Type",
+)
+CLIENT_HEADER_CHARS = 200
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -94,6 +106,17 @@ def clean_scope(scope: dict[str, Any]) -> dict[str, Any]:
         else:
             cleaned[key] = clean_text(value, SCOPE_VALUE_CHARS)
     return cleaned
+
+
+def client_headers(request: HttpRequest) -> dict[str, str]:
+    """The client-identity headers the request carried ({header: value}), sanitised and cut to
+    CLIENT_HEADER_CHARS each. Not tenant data: kept on unauthenticated rows too."""
+    found = {}
+    for name in CLIENT_HEADERS:
+        value = request.headers.get(name)
+        if value is not None:
+            found[name] = clean_text(value, CLIENT_HEADER_CHARS)
+    return found
 
 
 def _route(request: HttpRequest) -> str | None:
@@ -134,6 +157,7 @@ def write_row(request: Request | HttpRequest, status: int) -> None:
         path=clean_text(path, 500),
         action=clean_text((match.url_name or "") if match else "", 100),
         scope=clean_scope(record.scope) if key else {},
+        client=client_headers(request),
         result_count=record.result_count,
         status=status,
         duration_ms=round((time.perf_counter() - record.started) * 1000, 3),

@@ -47,6 +47,9 @@ class AccessLog(models.Model):
     action = models.CharField(max_length=100, blank=True)
     # Scope ids the request touched, e.g. {"user_id": ["alice"]}.
     scope = models.JSONField(default=dict, blank=True)
+    # The client's identity headers as sent (audit.access.CLIENT_HEADERS), e.g.
+    # {"X-Mem0-Client": "mem0-python/2.2.1"}; kept for unauthenticated requests too.
+    client = models.JSONField(default=dict, blank=True)
     result_count = models.IntegerField(null=True)
     status = models.PositiveSmallIntegerField()
     duration_ms = models.FloatField()

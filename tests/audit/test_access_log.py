@@ -161,6 +161,47 @@ class AccessLogTestCase(BaseTestCase):
         headers = {**auth(self.alice.raw), "X-Request-ID": "bad id!\n"}
         assert self.row(self.client.get("/v1/ping/", headers=headers)).client_request_id == ""
 
+    def test_it_records_the_clients_identity_headers(self) -> None:
+        identity = {
+            "X-Mem0-Client": "langchain/0.3.1, mem0-python/2.2.1",
+            "X-Mem0-Source": "cli",
+            "X-Application": "my-app",
+            "X-Mem0-Client-Language": "python",
+            "X-Mem0-Client-Version": "0.4.0",
+            "X-Mem0-Caller-Type": "agent",
+        }
+        headers = {**auth(self.alice.raw), **identity, "X-Other": "not kept"}
+        response = self.client.get("/v1/ping/", headers=headers)
+        assert response.status_code == 200
+        assert self.row(response).client == identity
+
+    def test_it_records_no_client_headers_when_none_are_sent(self) -> None:
+        with project_context(self.project_id):
+            assert AccessLog.objects.get(request_id=self.request_id).client == {}
+
+    def test_it_sanitises_and_caps_the_client_headers(self) -> None:
+        headers = {**auth(self.alice.raw), "X-Mem0-Client": HOSTILE, "X-Application": "ok"}
+        response = self.client.get("/v1/ping/", headers=headers)
+        client = self.row(response).client
+        assert client["X-Mem0-Client"] == ("ab\ufffdc" + "x" * 1000)[:200]
+        assert client["X-Application"] == "ok"
+
+    def test_it_keeps_the_client_headers_of_an_unauthenticated_request(self) -> None:
+        headers = {**auth("eng_wrong"), "X-Mem0-Client": "mem0-python/2.2.1"}
+        response = self.client.get("/v1/ping/", headers=headers)
+        assert response.status_code == 401
+        assert unauthenticated_row(response).client == {"X-Mem0-Client": "mem0-python/2.2.1"}
+
+    def test_it_records_the_client_headers_of_a_write_in_its_own_transaction(self) -> None:
+        headers = {**auth(self.alice.raw), "X-Mem0-Client": "mem0-python/2.2.1"}
+        body = {"messages": "I like tea", "user_id": "alice", "infer": False}
+        response = self.client.post(
+            "/v3/memories/add/", body, content_type="application/json", headers=headers
+        )
+        assert response.status_code == 200
+        row = self.row(response)
+        assert (row.status, row.client) == (200, {"X-Mem0-Client": "mem0-python/2.2.1"})
+
     def test_it_cannot_be_updated_by_the_application_role(self) -> None:
         with (
             pytest.raises(DatabaseError, match="permission denied"),

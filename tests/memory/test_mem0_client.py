@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from audit.models import AccessLog
+from tenants.db import project_context
 from tests.factory import make_key
 
 
@@ -99,3 +101,27 @@ def test_it_reports_a_missing_memory_as_not_found(client: Any) -> None:
 
     with pytest.raises(MemoryNotFoundError):
         client.get(str(uuid.uuid4()))
+
+
+def test_the_clients_identity_headers_reach_the_access_log(
+    live_api: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MEM0_TELEMETRY", "False")
+    monkeypatch.setenv("MEM0_DIR", str(tmp_path))
+    monkeypatch.setenv("MEM0_SOURCE", "engram-tests")
+    monkeypatch.setenv("MEM0_APPLICATION", "identity-check")
+    from mem0 import MemoryClient
+
+    key = make_key("acme", "client-identity")
+    client = MemoryClient(host=live_api, api_key=key.raw)
+    try:
+        add(client, ["I keep bees"], "alice")
+    finally:
+        client.client.close()
+    with project_context(key.key.project_id):
+        rows = list(AccessLog.objects.order_by("created_at").values_list("path", "client"))
+    assert [path for path, _ in rows] == ["/v1/ping/", "/v3/memories/add/"]
+    for _, client_headers in rows:
+        assert client_headers["X-Mem0-Client"].startswith("mem0-python/")
+        assert client_headers["X-Mem0-Source"] == "engram-tests"
+        assert client_headers["X-Application"] == "identity-check"
