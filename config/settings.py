@@ -242,6 +242,8 @@ ENGRAM_MAX_TEXT_CHARS = env_int(
 ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
 # An export copies at most this many memories; a filter matching more is refused (400).
 ENGRAM_MAX_EXPORT_MEMORIES = env_int("ENGRAM_MAX_EXPORT_MEMORIES", 10_000, minimum=1)
+# An add's Idempotency-Key is remembered this long; an older one is a new key (memory.api).
+ENGRAM_IDEMPOTENCY_HOURS = env_int("ENGRAM_IDEMPOTENCY_HOURS", 24, minimum=1)
 
 # --- Extraction (Claude) and the job queue ----------------------------------------------------
 # Without a key, a deterministic offline extractor stands in (see memory/extraction/llm.py).

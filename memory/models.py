@@ -370,3 +370,31 @@ class MemoryEntity(Scoped):
 
     def __str__(self) -> str:
         return f"{self.entity_name} in {self.memory_id}"
+
+
+class IdempotentRequest(models.Model):
+    """The first answer to an add sent with an `Idempotency-Key`, replayed to its retries.
+
+    Written in the add's own transaction (memory.api.idempotency), so an add never commits
+    without its record nor a record without its add. `body_hash` is the SHA-256 of the request
+    path and the canonical JSON of the parsed body (memory.api.idempotency.request_hash): the
+    same key with another body is refused. A record older than ENGRAM_IDEMPOTENCY_HOURS counts
+    as absent (the key is new again); purge_expired deletes those.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=128)
+    body_hash = models.CharField(max_length=64)
+    # The answer as first sent; status 0 only inside the add's transaction, never committed.
+    status = models.PositiveSmallIntegerField(default=0)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["project", "key"], name="idempotency_key_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"

@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import CharField, Count, F, IntegerField, Max, Min, Q, QuerySet, Value
 
 from memory.models import (
+    IdempotentRequest,
     Memory,
     MemoryEvent,
     MemoryExport,
@@ -30,6 +31,11 @@ ENTITY_TYPES = {"user": "user_id", "agent": "agent_id", "app": "app_id", "run": 
 def memories(project_id: uuid.UUID) -> MemoryQuerySet:
     """Every memory of the project, in any state."""
     return Memory.objects.for_project(project_id)
+
+
+def idempotent_request(project_id: uuid.UUID, key: str) -> IdempotentRequest | None:
+    """The project's record of an Idempotency-Key, expired or not (by the unique index)."""
+    return IdempotentRequest.objects.filter(project_id=project_id, key=key).first()
 
 
 def get_memory(project_id: uuid.UUID, memory_id: uuid.UUID) -> Memory | None:

@@ -19,6 +19,7 @@ from memory import actions, queries
 from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import MemoryPagination, _positive, actor, get_memory, matching, tenant
+from memory.api.idempotency import answer_once, idempotency_key
 from memory.models import SCOPE_FIELDS, MemoryHistory
 from memory.retrieval.embeddings import embed
 from tenants.authentication import request_key
@@ -26,8 +27,8 @@ from tenants.authentication import request_key
 
 @extend_schema(
     request=s.AddSerializer,
-    responses=r.answers({200: r.ADD}, body=True, embeds=True),
-    parameters=[r.RETRY_AFTER],
+    responses=r.answers({200: r.ADD}, body=True, embeds=True, errors={409: r.KEY_REUSED}),
+    parameters=[r.IDEMPOTENCY_KEY, r.RETRY_AFTER],
     summary="Add memories (infer=false: stored at once; true: queued)",
 )
 @api_view(["POST"])
@@ -36,26 +37,34 @@ def add_memories(request: Request) -> Response:
 
 
 def add(request: Request) -> Response:
+    key = idempotency_key(request)
     serializer = s.AddSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
     if data["infer"]:
-        return queue_add(request, serializer)
+        return queue_add(request, serializer, key)
     scope = serializer.scope()
     vectors = actions.embed_texts(m.content for m in data["messages"] if m.role != "system")
     with tenant(request):
-        outcome = actions.do_add_messages(
-            request_key(request).project,
-            messages=data["messages"],
-            scope=scope,
-            actor=actor(request),
-            metadata=data.get("metadata"),
-            created_at=serializer.created_at(),
-            expiration_date=data.get("expiration_date"),
-            immutable=data["immutable"],
-            vectors=vectors,
-        )
-        note_access(request, scope=scope, result_count=len(outcome.results))
+        note_access(request, scope=scope)
+        return answer_once(request, key, lambda: store_add(request, serializer, vectors))
+
+
+def store_add(request: Request, serializer: s.AddSerializer, vectors: dict[str, Any]) -> Response:
+    """infer=false, inside the request's transaction: store the messages as memories."""
+    data = serializer.validated_data
+    outcome = actions.do_add_messages(
+        request_key(request).project,
+        messages=data["messages"],
+        scope=serializer.scope(),
+        actor=actor(request),
+        metadata=data.get("metadata"),
+        created_at=serializer.created_at(),
+        expiration_date=data.get("expiration_date"),
+        immutable=data["immutable"],
+        vectors=vectors,
+    )
+    note_access(request, result_count=len(outcome.results))
     body: dict[str, Any] = {
         "message": "Memories stored successfully",
         "status": "SUCCEEDED",
@@ -70,19 +79,23 @@ def add(request: Request) -> Response:
     return Response(body)
 
 
-def queue_add(request: Request, serializer: s.AddSerializer) -> Response:
+def queue_add(request: Request, serializer: s.AddSerializer, key: str | None = None) -> Response:
     """infer=true: record the request and answer at once; a worker extracts the facts."""
     project = request_key(request).project
     payload = serializer.event_payload(project.custom_instructions, project.custom_categories)
-    with tenant(request):
+
+    def queue() -> Response:
         event = actions.do_queue_add(project, payload)
+        body = {
+            "message": "Memory processing has been queued for background execution",
+            "status": "PENDING",
+            "event_id": str(event.id),
+        }
+        return Response([body] if request.path.startswith("/v1/") else body)
+
+    with tenant(request):
         note_access(request, scope=payload["scope"], result_count=0)
-    body = {
-        "message": "Memory processing has been queued for background execution",
-        "status": "PENDING",
-        "event_id": str(event.id),
-    }
-    return Response([body] if request.path.startswith("/v1/") else body)
+        return answer_once(request, key, queue)
 
 
 def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Response:
@@ -141,8 +154,8 @@ def list_v2(request: Request) -> Response:
 @extend_schema(
     methods=["POST"],
     request=s.AddSerializer,
-    responses=r.answers({200: r.ADD_V1}, body=True, embeds=True),
-    parameters=[r.RETRY_AFTER],
+    responses=r.answers({200: r.ADD_V1}, body=True, embeds=True, errors={409: r.KEY_REUSED}),
+    parameters=[r.IDEMPOTENCY_KEY, r.RETRY_AFTER],
     operation_id="v1_memories_add",
     summary="Add memories (v1)",
 )

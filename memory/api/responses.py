@@ -247,6 +247,7 @@ REASONS = {
     503: "The hosted embedding service failed; nothing was changed. Retry later.",
 }
 NO_SUCH_MEMORY = "No such memory in this project."
+KEY_REUSED = "The Idempotency-Key was already used with a different request (path or body)."
 PAST_THE_END = "A page past the last one."
 
 
@@ -278,6 +279,19 @@ RETRY_AFTER = OpenApiParameter(
     response=[429],
     required=True,
     description="Seconds until the key may send again.",
+)
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    pattern=r"^[A-Za-z0-9._:-]{8,128}$",
+    description=(
+        "Optional. A retry with the same key and the same request (path and JSON body) gets the "
+        "first answer again (same status and body; nothing is stored twice), for "
+        "ENGRAM_IDEMPOTENCY_HOURS (default 24) per project; the same key with another request "
+        "gets 409. 8 to 128 characters of A-Z a-z 0-9 . _ : -, else 400."
+    ),
 )
 PAGING = [
     OpenApiParameter("page", int, description="From 1."),

@@ -48,6 +48,7 @@ BASE = "urn:engram:openapi"
 MISSING = uuid.UUID("00000000-0000-4000-8000-000000000000")
 ALICE = {"filters": {"user_id": "alice"}}
 NEW_FACT = {"messages": "I drink oolong", "user_id": "alice", "infer": False}
+OTHER_FACT = {"messages": "I drink sencha", "user_id": "alice", "infer": False}
 
 # Documented statuses that no sample can cause, each with the reason. Empty: the one fault the
 # API documents (503, the hosted embedder down) is caused below by pointing it at a closed port.
@@ -143,6 +144,7 @@ class Sample:
     content_type: str = "application/json"
     key: bool = True
     fault: str | None = None
+    idempotency_key: str | None = None
 
     def covers(self) -> tuple[str, str, int]:
         return self.method, template(self.path), self.status
@@ -190,6 +192,11 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(400, "post", "/v3/memories/add/", {"messages": "I drink oolong"}),
             Sample(503, "post", "/v3/memories/add/", NEW_FACT, fault="embedder down"),
             Sample(200, "post", "/v1/memories/", NEW_FACT),
+            # A key's first request, then another body with the same key.
+            Sample(200, "post", "/v3/memories/add/", NEW_FACT, idempotency_key="schema-key-1"),
+            Sample(409, "post", "/v3/memories/add/", OTHER_FACT, idempotency_key="schema-key-1"),
+            Sample(200, "post", "/v1/memories/", NEW_FACT, idempotency_key="schema-key-2"),
+            Sample(409, "post", "/v1/memories/", OTHER_FACT, idempotency_key="schema-key-2"),
             Sample(200, "post", "/v1/memories/", {**NEW_FACT, "infer": True}),
             Sample(400, "post", "/v1/memories/", {**NEW_FACT, "messages": []}),
             Sample(503, "post", "/v1/memories/", NEW_FACT, fault="embedder down"),
@@ -308,6 +315,8 @@ class ApiSchemaTestCase(BaseTestCase):
         elif sample.content_type == "application/json":
             data = json.dumps(data)
         headers = auth(self.alice.raw) if sample.key else {}
+        if sample.idempotency_key:
+            headers["Idempotency-Key"] = sample.idempotency_key
         response = self.client.generic(
             sample.method.upper(), sample.path, data, sample.content_type, headers=headers
         )

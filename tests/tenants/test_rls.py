@@ -12,6 +12,7 @@ from django.db import DatabaseError, connection, transaction
 from audit.models import AccessLog, PurgeRecord
 from memory.models import (
     Feedback,
+    IdempotentRequest,
     MemoryEntity,
     MemoryEvent,
     MemoryExport,
@@ -54,6 +55,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_memoryentity": lambda project_id: MemoryEntity.objects.create(
         project_id=project_id, memory=make_memory(project_id), entity_name="x", user_id="alice"
+    ),
+    "memory_idempotentrequest": lambda project_id: IdempotentRequest.objects.create(
+        project_id=project_id, key="retry-key-1", body_hash="0" * 64, status=200, response={}
     ),
 }
 

@@ -3,13 +3,16 @@
 Expired memories are already hidden from search and lists (unless `show_expired`); this makes
 the deletion explicit and recorded: each one gets a DELETE history row whose actor is
 `command:purge_expired`. Deletes are soft, as everywhere in engram; erasing the text for good
-is the GDPR erasure's job. Run it daily (cron, a Kubernetes CronJob).
+is the GDPR erasure's job. It also deletes the add requests' Idempotency-Key records older than
+ENGRAM_IDEMPOTENCY_HOURS (already ignored by the API). Run it daily (cron, a Kubernetes CronJob).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
@@ -30,6 +33,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         today = timezone.now().date()
+        keys_before = timezone.now() - timedelta(hours=settings.ENGRAM_IDEMPOTENCY_HOURS)
         actor = Actor.command("purge_expired")
         total = 0
         for project in Project.objects.order_by("created_at"):
@@ -39,6 +43,7 @@ class Command(BaseCommand):
                     count = expired.count()
                 else:
                     count = actions.do_delete_memories(expired, actor=actor)
+                    actions.do_prune_idempotency_keys(project.pk, expired_before=keys_before)
             total += count
             if count and options["verbosity"] > 1:
                 self.stdout.write(f"{project}: {count}")
