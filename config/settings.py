@@ -210,6 +210,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "EventStatusEnum": "memory.models.MemoryEvent.Status",
+        "GraphStatusEnum": "memory.api.responses.GRAPH_STATUS",
+    },
 }
 
 # --- Memory -------------------------------------------------------------------------------
@@ -252,6 +256,9 @@ ANTHROPIC_BASE_URL = env_optional("ANTHROPIC_BASE_URL")
 ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL", "claude-haiku-5-5")
 ENGRAM_LLM_MAX_TOKENS = env_int("ENGRAM_LLM_MAX_TOKENS", 2048, minimum=256)
 ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
+# Graph extraction (entities, relations, contradictions) after fact extraction: up to three more
+# model calls per add request that stores new memories. Off: facts only.
+ENGRAM_GRAPH_EXTRACTION = env_bool("ENGRAM_GRAPH_EXTRACTION", True)
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.
 ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
 # Attempts per event, each counted when a worker claims it, before it is FAILED. A failure that

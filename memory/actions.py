@@ -30,6 +30,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from config.exceptions import RefusedError
+from memory import graph
 from memory.models import (
     SCOPE_FIELDS,
     SCOPE_MAX_LENGTH,
@@ -497,6 +498,59 @@ def do_prune_idempotency_keys(project_id: uuid.UUID, *, expired_before: datetime
             project_id=project_id, created_at__lt=expired_before
         ).delete()
     return deleted
+
+
+@dataclass(frozen=True)
+class GraphAssertion:
+    """One relation a memory states (extraction's triple, with the memory it became)."""
+
+    source: str
+    relationship: str
+    destination: str
+    memory_id: uuid.UUID
+    source_type: str = ""
+    destination_type: str = ""
+
+
+@dataclass
+class GraphOutcome:
+    added: list[graph.Relation] = field(default_factory=list)  # new or merged edges
+    invalidated: list[graph.Relation] = field(default_factory=list)
+
+
+def do_record_graph(
+    project_id: uuid.UUID,
+    scope: Mapping[str, str | None],
+    *,
+    assertions: Sequence[GraphAssertion],
+    contradicted: Sequence[int] = (),
+    mentions: Mapping[uuid.UUID, Sequence[tuple[str, str]]] | None = None,
+    event_id: uuid.UUID | None = None,
+) -> GraphOutcome:
+    """Write what extraction learned to the scope's graph, in one transaction (a savepoint of
+    the pipeline's, so the graph commits with the memories or not at all).
+
+    First the contradicted edges are invalidated (kept, valid=false, never erased); then each
+    assertion is merged into the graph (a duplicate valid edge gains the memory id, otherwise
+    a new edge), linking its memory to both ends; then each memory is linked to the other
+    entities it mentions.
+    """
+    where = graph.Scope.of(scope)
+    outcome = GraphOutcome()
+    with project_context(project_id):
+        if contradicted:
+            outcome.invalidated = graph.invalidate_relations(project_id, where, ids=contradicted)
+        for fact in assertions:
+            relation = graph.upsert_relation(
+                project_id, fact.source, fact.relationship, fact.destination, where,
+                memory_id=fact.memory_id, event_id=event_id,
+                source_type=fact.source_type, destination_type=fact.destination_type,
+            )  # fmt: skip
+            outcome.added.append(relation)
+        for memory_id, entities in (mentions or {}).items():
+            if entities:
+                graph.link_memory(project_id, memory_id, entities)
+    return outcome
 
 
 def schedule_summary_refresh(event: MemoryEvent) -> None:

@@ -243,6 +243,9 @@ class MemoryEvent(Scoped):
     # The validated request: messages, scope, metadata, options (infer, memory_type, …).
     payload = models.JSONField()
     results = models.JSONField(default=list, blank=True)
+    # What extraction did to the graph: {"status": SUCCEEDED | SKIPPED | FAILED, "entities",
+    # "added", "invalidated"} (memory.extraction.pipeline.record_graph); {} until processed.
+    graph = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     extractor = models.CharField(max_length=20, blank=True, default="")
     attempts = models.PositiveSmallIntegerField(default=0)

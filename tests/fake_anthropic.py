@@ -2,6 +2,11 @@
 
 Each POST /v1/messages takes the next scripted reply: a tool input (answered as a `tool_use`
 block of the tool the request forces), an HTTP error, or a delay before the reply.
+
+The graph calls of extraction (record_entities, record_relations, record_contradictions) take
+only replies scripted for their tool (`Reply(tool=...)`), and otherwise get an empty answer, so a
+test about facts scripts only the fact calls; `graph_defaults=False` makes them take the script
+like any other call.
 """
 
 from __future__ import annotations
@@ -30,6 +35,14 @@ class Reply:
     delay: float = 0.0
     usage: tuple[int, int] = (120, 40)
     headers: dict[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "3600"}
+    tool: str | None = None  # only for a request forcing this tool
+
+
+GRAPH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "record_entities": {"entities": []},
+    "record_relations": {"relations": []},
+    "record_contradictions": {"contradicted": []},
+}
 
 
 @dataclass
@@ -38,6 +51,18 @@ class FakeClaude:
     replies: list[Reply] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    graph_defaults: bool = True
+
+    def _next(self, tool: str | None) -> Reply:
+        """The reply for a request forcing `tool` (called under the lock)."""
+        if self.graph_defaults and tool in GRAPH_DEFAULTS:
+            for index, reply in enumerate(self.replies):
+                if reply.tool == tool:
+                    return reply if reply.repeat else self.replies.pop(index)
+            return Reply(GRAPH_DEFAULTS[tool], usage=(0, 0))
+        if not self.replies:
+            return Reply(status=500)
+        return self.replies[0] if self.replies[0].repeat else self.replies.pop(0)
 
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -54,10 +79,7 @@ def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
             with fake.lock:
-                if not fake.replies:
-                    reply = Reply(status=500)
-                else:
-                    reply = fake.replies[0] if fake.replies[0].repeat else fake.replies.pop(0)
+                reply = fake._next((body.get("tool_choice") or {}).get("name"))
             time.sleep(reply.delay)
             if reply.status != 200:
                 error = {"type": reply.error_type, "message": "scripted failure"}

@@ -78,6 +78,7 @@ MEMORY_LIST = PolymorphicProxySerializer(
 # The add responses' `status` is the add event's status (SUCCEEDED or PENDING here): one enum
 # for all, as distinct one-value enums per shape would need ENUM_NAME_OVERRIDES.
 EVENT_STATUS = MemoryEvent.Status.choices
+GRAPH_STATUS = ["SUCCEEDED", "SKIPPED", "FAILED"]
 
 
 class AddedTextSerializer(Closed):
@@ -171,6 +172,25 @@ class EventResultSerializer(Closed):
     replaces = serializers.UUIDField(required=False, help_text="UPDATE only: the old memory.")
 
 
+class GraphChangeSerializer(Closed):
+    id = serializers.IntegerField(help_text="The edge's id in the project's graph.")
+    source = serializers.CharField()  # type: ignore[assignment]  # a field, not Field.source
+    relationship = serializers.CharField()
+    destination = serializers.CharField()
+
+
+class GraphEntityRefSerializer(Closed):
+    name = serializers.CharField()
+    type = serializers.CharField()
+
+
+class EventGraphSerializer(Closed):
+    status = serializers.ChoiceField(choices=GRAPH_STATUS)
+    entities = GraphEntityRefSerializer(many=True, required=False)
+    added = GraphChangeSerializer(many=True, required=False)
+    invalidated = GraphChangeSerializer(many=True, required=False)
+
+
 class EventSerializer(Closed):
     id = serializers.UUIDField()
     event_type = serializers.ChoiceField(choices=["ADD"])
@@ -185,7 +205,18 @@ class EventSerializer(Closed):
     attempts = serializers.IntegerField()
     usage = serializers.DictField(child=serializers.JSONField(), help_text="Model tokens used.")
     timings = serializers.DictField(child=serializers.JSONField())
-    graph_status = serializers.CharField(allow_null=True, help_text="Always null.")
+    graph_status = serializers.ChoiceField(
+        choices=GRAPH_STATUS,
+        allow_null=True,
+        help_text="What graph extraction did: SUCCEEDED, SKIPPED (no new memory, or graph "
+        "extraction off) or FAILED (the model's graph output was unusable; the facts are stored "
+        "and the reason is in `error`). Null until processed.",
+    )
+    graph = EventGraphSerializer(
+        allow_null=True,
+        help_text="The entities the request's new memories are about, and the relations added "
+        "(or merged into an existing edge) and invalidated (contradicted). Null until processed.",
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)

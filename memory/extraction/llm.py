@@ -7,12 +7,22 @@ Two calls, each a forced tool use with a JSON schema (no free-form JSON parsing)
   memories, shown to the model under small integer ids (models invent UUIDs; an id that was not
   shown is rejected, never guessed).
 
+Then the graph (issue #9), over the facts that become new memories, three more forced calls:
+- entities: the people, places, things the facts are about, typed; self-references ("User",
+  "I", "me") name the scope's own entity (its user_id, or agent_id for an agent's scope);
+- relations: (source, relationship, destination) triples among those entities only, each naming
+  the fact it comes from (so the edge can cite the memory); a triple naming anything else is
+  dropped;
+- contradictions: the existing valid edges touching those entities, shown under small ids, and
+  which of them the new triples make false (not merely add to); an id not shown is rejected.
+
 The pipeline (retrieval, applying decisions, events) uses these through `Extractor`.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -92,6 +102,53 @@ class Decisions:
     rejected: list[str] = field(default_factory=list)  # why some model output was not used
 
 
+@dataclass(frozen=True)
+class EntityRef:
+    name: str
+    type: str = ""
+
+
+@dataclass(frozen=True)
+class Triple:
+    source: str
+    relationship: str
+    destination: str
+    fact: int  # index into the facts the relations were extracted from
+
+
+@dataclass(frozen=True)
+class KnownEdge:
+    """A valid edge of the scope's graph, as the contradiction step sees it."""
+
+    id: int
+    source: str
+    relationship: str
+    destination: str
+
+
+@dataclass
+class Relations:
+    triples: list[Triple] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Contradictions:
+    edge_ids: list[int] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+
+SELF_WORDS = frozenset({"user", "the user", "i", "me", "my", "myself", "mine"})
+
+
+def self_reference(name: str, self_name: str | None) -> str | None:
+    """The entity a name stands for: the scope's own entity for "User" / "I" / "me" (None when
+    the scope has none), else the name itself."""
+    if " ".join(name.split()).lower() in SELF_WORDS:
+        return self_name
+    return name.strip()
+
+
 class Extractor(Protocol):
     name: str
 
@@ -107,6 +164,24 @@ class Extractor(Protocol):
 
     def summarize(self, previous: str, turns: Sequence[Turn]) -> tuple[str | None, Usage]:
         """The scope's running summary with `turns` folded in; None keeps none."""
+        ...
+
+    def entities(
+        self, facts: Sequence[Fact], self_name: str | None
+    ) -> tuple[list[EntityRef], Usage]:
+        """The entities the facts are about; self-references resolved to `self_name`."""
+        ...
+
+    def relations(
+        self, facts: Sequence[Fact], entities: Sequence[EntityRef], self_name: str | None
+    ) -> tuple[Relations, Usage]:
+        """Triples among `entities` only, each citing the index of its fact."""
+        ...
+
+    def contradictions(
+        self, triples: Sequence[Triple], edges: Sequence[KnownEdge]
+    ) -> tuple[Contradictions, Usage]:
+        """Which existing `edges` the new `triples` make false."""
         ...
 
 
@@ -195,6 +270,116 @@ with the existing memories listed for it (each has a small integer id) and choos
 candidate itself is new information, also ADD it.
 - NONE: already known (give the id of the memory that says it).
 Only use ids that are listed."""
+
+
+class _EntityOut(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    type: str = Field(default="", max_length=50)
+
+
+class _Entities(BaseModel):
+    entities: list[_EntityOut]
+
+
+class _TripleOut(BaseModel):
+    source: str = Field(min_length=1, max_length=200)
+    relationship: str = Field(min_length=1, max_length=100)
+    destination: str = Field(min_length=1, max_length=200)
+    fact: int = Field(ge=0)
+
+
+class _Relations(BaseModel):
+    relations: list[_TripleOut]
+
+
+class _Contradicted(BaseModel):
+    contradicted: list[str]
+
+
+ENTITIES_TOOL: ToolParam = {
+    "name": "record_entities",
+    "description": "Record the entities the facts are about, each with its type.",
+    "input_schema": _Entities.model_json_schema(),
+}
+ENTITIES_SYSTEM = (
+    "List the entities the facts below are about: people, pets, organisations, places, "
+    "products, foods, activities, works, events and specific topics. Give each its name as "
+    "written (singular, without articles) and one lower-case type (person, pet, organization, "
+    "location, product, food, activity, work, event, topic, ...). The subject of the facts, "
+    '"User" (or "I", "me"), is the entity named {self_name}. Do not list dates, amounts or '
+    "generic words."
+)
+RELATIONS_TOOL: ToolParam = {
+    "name": "record_relations",
+    "description": "Record the relations between the listed entities that the facts state.",
+    "input_schema": _Relations.model_json_schema(),
+}
+RELATIONS_SYSTEM = (
+    "From the numbered facts, record each relation they state between two of the listed "
+    "entities as (source, relationship, destination), with `fact` the number of the fact "
+    "stating it. Use only the listed entity names, exactly. The relationship is a short, "
+    "timeless verb phrase in lower snake_case (likes, lives_in, works_at, married_to, "
+    "has_child, allergic_to); state it in the direction the fact does. Skip what is not a "
+    "relation between two listed entities."
+)
+CONTRADICTIONS_TOOL: ToolParam = {
+    "name": "record_contradictions",
+    "description": "Record the ids of the existing relations the new relations make false.",
+    "input_schema": _Contradicted.model_json_schema(),
+}
+CONTRADICTIONS_SYSTEM = (
+    "Existing relations are listed with small ids, then new ones just learned. List the ids "
+    "of the existing relations that the new ones make false: a change (lives_in Paris when "
+    "the user now lives_in Rome; works_at one employer, then another), a reversal (likes -> "
+    "dislikes) or an end (married_to, then divorced_from). Do not list relations the new ones "
+    "merely add to: a person can like several foods, have several friends or visit several "
+    "places. When unsure, list nothing."
+)
+
+
+def clean_entities(raw: Sequence[EntityRef], self_name: str | None) -> list[EntityRef]:
+    """Self-references resolved, blanks dropped, one per normalised name (the first kept)."""
+    found: dict[str, EntityRef] = {}
+    for entity in raw:
+        name = self_reference(entity.name, self_name)
+        if not name or not name.strip():
+            continue
+        kind = "person" if name == self_name and entity.name != self_name else entity.type
+        found.setdefault(" ".join(name.split()).lower(), EntityRef(name, kind.strip().lower()))
+    if self_name and " ".join(self_name.split()).lower() not in found:
+        found[" ".join(self_name.split()).lower()] = EntityRef(self_name, "person")
+    return list(found.values())
+
+
+def clean_relations(
+    raw: Sequence[Triple],
+    entities: Sequence[EntityRef],
+    self_name: str | None,
+    facts: int,
+) -> Relations:
+    """Keep the triples among the listed entities that cite a fact shown; say why others went."""
+    listed = {" ".join(e.name.split()).lower(): e.name for e in entities}
+    result = Relations()
+    seen: set[tuple[str, str, str]] = set()
+    for triple in raw:
+        ends = []
+        for end in (triple.source, triple.destination):
+            name = self_reference(end, self_name)
+            ends.append(listed.get(" ".join((name or "").split()).lower()))
+        relationship = "_".join(triple.relationship.split()).lower()
+        if ends[0] is None or ends[1] is None:
+            result.rejected.append(f"relation {triple.source!r} -> {triple.destination!r} names "
+                                   "an entity that was not listed")  # fmt: skip
+            continue
+        if triple.fact >= facts:
+            result.rejected.append(f"relation cites unknown fact {triple.fact}")
+            continue
+        key = (ends[0].lower(), relationship, ends[1].lower())
+        if not relationship or ends[0].lower() == ends[1].lower() or key in seen:
+            continue
+        seen.add(key)
+        result.triples.append(Triple(ends[0], relationship, ends[1], triple.fact))
+    return result
 
 
 # The SDK waits as long as a Retry-After header asks, without a bound. Within one attempt a
@@ -325,6 +510,57 @@ class ClaudeExtractor:
         except ValidationError as exc:
             raise ModelOutputError(f"record_summary input is malformed: {exc}") from None
 
+    def entities(
+        self, facts: Sequence[Fact], self_name: str | None
+    ) -> tuple[list[EntityRef], Usage]:
+        system = ENTITIES_SYSTEM.format(self_name=json.dumps(self_name or "User"))
+        data, usage = self._call(system, _numbered(facts), ENTITIES_TOOL)
+        try:
+            parsed = _Entities.model_validate(data)
+        except ValidationError as exc:
+            raise ModelOutputError(f"record_entities input is malformed: {exc}") from None
+        raw = [EntityRef(e.name, e.type) for e in parsed.entities]
+        return clean_entities(raw, self_name), usage
+
+    def relations(
+        self, facts: Sequence[Fact], entities: Sequence[EntityRef], self_name: str | None
+    ) -> tuple[Relations, Usage]:
+        listed = "\n".join(f"- {e.name} ({e.type})" if e.type else f"- {e.name}" for e in entities)
+        prompt = f"## Entities\n{listed}\n\n## Facts\n{_numbered(facts)}"
+        data, usage = self._call(RELATIONS_SYSTEM, prompt, RELATIONS_TOOL)
+        try:
+            parsed = _Relations.model_validate(data)
+        except ValidationError as exc:
+            raise ModelOutputError(f"record_relations input is malformed: {exc}") from None
+        raw = [Triple(t.source, t.relationship, t.destination, t.fact) for t in parsed.relations]
+        return clean_relations(raw, entities, self_name, len(facts)), usage
+
+    def contradictions(
+        self, triples: Sequence[Triple], edges: Sequence[KnownEdge]
+    ) -> tuple[Contradictions, Usage]:
+        shown = {str(n): edge.id for n, edge in enumerate(edges)}
+        lines = ["## Existing relations"]
+        lines += [f"id {n}: {e.source} -- {e.relationship} --> {e.destination}"
+                  for n, e in enumerate(edges)]  # fmt: skip
+        lines.append("\n## New relations")
+        lines += [f"{t.source} -- {t.relationship} --> {t.destination}" for t in triples]
+        data, usage = self._call(CONTRADICTIONS_SYSTEM, "\n".join(lines), CONTRADICTIONS_TOOL)
+        try:
+            parsed = _Contradicted.model_validate(data)
+        except ValidationError as exc:
+            raise ModelOutputError(f"record_contradictions input is malformed: {exc}") from None
+        result = Contradictions()
+        for small_id in dict.fromkeys(parsed.contradicted):
+            if small_id in shown:
+                result.edge_ids.append(shown[small_id])
+            else:
+                result.rejected.append(f"contradiction names id {small_id!r}, which was not shown")
+        return result, usage
+
+
+def _numbered(facts: Sequence[Fact]) -> str:
+    return "\n".join(f"{n}. {fact.text}" for n, fact in enumerate(facts))
+
 
 def _claude_procedure(extractor: ClaudeExtractor, context: Context) -> tuple[str, Usage]:
     data, usage = extractor._call(PROCEDURE_SYSTEM, extraction_prompt(context), PROCEDURE_TOOL)
@@ -387,6 +623,69 @@ GREETING = re.compile(
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 DUPLICATE_SIMILARITY = 0.9
 
+# The offline graph: first-person statements of a few fixed forms. The object is what follows
+# the verb up to a clause boundary, at most six words, without a leading article.
+_BOUNDARY = (
+    r"and|but|because|since|so|when|while|with|at|on|in|for|from|every|anymore|any more|"
+    r"last|next|this|yesterday|today|tomorrow|ago|recently|now"
+)
+_OBJECT = rf"(?P<object>[^.,;:!?()\n]+?)(?=\s+(?:{_BOUNDARY})\b|[.,;:!?()\n]|$)"
+_RELATION_FORMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern + _OBJECT, re.IGNORECASE), relationship)
+    for pattern, relationship in (
+        (
+            r"\b(?:i|we) (?:really |also |still |absolutely )?(?:don't|do not|no longer) "
+            r"(?:like|love|enjoy) ",
+            "dislikes",
+        ),
+        (r"\b(?:i|we) (?:really |also |still |absolutely )?(?:like|love|enjoy|adore) ", "likes"),
+        (r"\b(?:i|we) (?:really |also |still )?(?:hate|dislike|can't stand) ", "dislikes"),
+        (r"\b(?:i|we) (?:really |also |still )?prefer ", "prefers"),
+        (r"\b(?:i|we) (?:now |still |currently )?live in ", "lives_in"),
+        (r"\b(?:i|we) (?:just |recently )?moved to ", "lives_in"),
+        (r"\b(?:i|we) (?:now |still |currently )?work (?:at|for) ", "works_at"),
+        (r"\b(?:i|we) (?:now |still |currently )?work as (?:an? )?", "works_as"),
+        (r"\bi(?:'m| am) (?:severely |very |a bit )?allergic to ", "allergic_to"),
+        (r"\bi(?:'m| am) married to ", "married_to"),
+        (r"\b(?:i|we) (?:play|plays) (?:the )?", "plays"),
+        (r"\bi(?:'m| am) (?:learning|studying) ", "studies"),
+    )
+)
+_MY_NAMED = re.compile(
+    r"\b(?i:my) (?P<kind>wife|husband|partner|son|daughter|child|kid|dog|cat|pet|brother|sister|"
+    r"mother|mom|mum|father|dad|friend|boss|manager)(?:'s name)? (?:is (?:called |named )?|"
+    r"called |named )(?P<object>[A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2})"
+)
+_ARTICLE = re.compile(r"^(?:a|an|the|some|my|our)\s+", re.IGNORECASE)
+# Relationships a subject has one of at a time: a new destination ends the old one.
+EXCLUSIVE = frozenset({"lives_in", "works_at", "works_as", "married_to"})
+OPPOSITE = {"likes": "dislikes", "dislikes": "likes", "prefers": "dislikes"}
+
+
+def _object(text: str) -> str | None:
+    words = _ARTICLE.sub("", text.strip()).split()
+    return " ".join(words) if 0 < len(words) <= 6 else None
+
+
+def offline_triples(text: str, self_name: str) -> list[tuple[str, str, str]]:
+    """The (source, relationship, destination) triples of one first-person statement."""
+    found: list[tuple[str, str, str]] = []
+    taken: list[tuple[int, int]] = []
+    for pattern, relationship in _RELATION_FORMS:
+        for match in pattern.finditer(text):
+            span = match.span()
+            if any(span[0] < end and start < span[1] for start, end in taken):
+                continue  # "don't like" already read as dislikes
+            obj = _object(match.group("object"))
+            if obj:
+                taken.append(span)
+                found.append((self_name, relationship, obj))
+    found += [
+        (self_name, "has_" + match.group("kind").lower(), match.group("object"))
+        for match in _MY_NAMED.finditer(text)
+    ]
+    return found
+
 
 class OfflineExtractor:
     """A deterministic stand-in when no Claude key is configured.
@@ -441,6 +740,55 @@ class OfflineExtractor:
         """The transcript itself, step by step: no summarising without a model."""
         steps = [f"{n}. {t.role}: {t.content}" for n, t in enumerate(context.new_messages, 1)]
         return "\n".join(steps), Usage()
+
+    def entities(
+        self, facts: Sequence[Fact], self_name: str | None
+    ) -> tuple[list[EntityRef], Usage]:
+        """The scope's own entity and the objects of the statements offline_triples reads."""
+        if not self_name:
+            return [], Usage()
+        raw = [EntityRef(self_name, "person")]
+        for fact in facts:
+            raw += [EntityRef(dst, _offline_type(rel))
+                    for _, rel, dst in offline_triples(fact.text, self_name)]  # fmt: skip
+        return clean_entities(raw, self_name), Usage()
+
+    def relations(
+        self, facts: Sequence[Fact], entities: Sequence[EntityRef], self_name: str | None
+    ) -> tuple[Relations, Usage]:
+        if not self_name:
+            return Relations(), Usage()
+        raw = [Triple(src, rel, dst, index)
+               for index, fact in enumerate(facts)
+               for src, rel, dst in offline_triples(fact.text, self_name)]  # fmt: skip
+        return clean_relations(raw, entities, self_name, len(facts)), Usage()
+
+    def contradictions(
+        self, triples: Sequence[Triple], edges: Sequence[KnownEdge]
+    ) -> tuple[Contradictions, Usage]:
+        """A new place, employer, job or spouse ends the old one; dislikes ends likes, and back."""
+        result = Contradictions()
+        for edge in edges:
+            for triple in triples:
+                if triple.source.lower() != edge.source.lower():
+                    continue
+                same_end = triple.destination.lower() == edge.destination.lower()
+                if (edge.relationship == triple.relationship in EXCLUSIVE and not same_end) or (
+                    OPPOSITE.get(triple.relationship) == edge.relationship and same_end
+                ):
+                    result.edge_ids.append(edge.id)
+                    break
+        return result, Usage()
+
+
+def _offline_type(relationship: str) -> str:
+    if relationship in ("lives_in",):
+        return "location"
+    if relationship in ("works_at",):
+        return "organization"
+    if relationship.startswith("has_") or relationship == "married_to":
+        return "pet" if relationship in ("has_dog", "has_cat", "has_pet") else "person"
+    return ""
 
 
 def get_extractor() -> Extractor:

@@ -1,6 +1,7 @@
 """Extraction and consolidation of one add request (a MemoryEvent).
 
-Extract, retrieve, decide, apply.
+Extract, retrieve, decide, then the graph (entities, relations, contradictions over the facts
+that become new memories), apply.
 
 `attempt` is what a worker runs, once per delivery of the event's message:
 
@@ -22,10 +23,11 @@ It is safe to run twice: decisions are applied in the transaction that marks it 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,15 +38,18 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory import actions
-from memory.actions import Actor, NewMemory
+from memory import actions, graph
+from memory.actions import Actor, GraphAssertion, NewMemory
 from memory.extraction.llm import (
     Context,
     Decision,
+    EntityRef,
     Existing,
     Extractor,
     Fact,
+    KnownEdge,
     ModelOutputError,
+    Triple,
     Turn,
     Usage,
 )
@@ -56,6 +61,7 @@ from tenants.db import project_context
 logger = logging.getLogger(__name__)
 
 NEIGHBOURS = 5  # existing memories shown to the model per candidate fact
+KNOWN_EDGES = 50  # existing relations shown to the model when checking contradictions
 RECENT_TURNS = 10
 MAX_BACKOFF_MS = 60_000
 
@@ -112,6 +118,22 @@ class Prepared:
     vectors: Vectors
     duplicates: dict[int, Memory]  # fact index -> active memory with the same text
     neighbours: list[list[Existing]]
+
+
+@dataclass
+class GraphPlan:
+    """What the graph step learned, applied with the decisions (do_record_graph).
+
+    status: SUCCEEDED, SKIPPED (no new memory, graph extraction off, or a scope with nothing to
+    anchor on) or FAILED (the model's graph output was unusable: the facts are stored all the
+    same, the reason is in the event's error).
+    """
+
+    status: str = "SKIPPED"
+    entities: list[EntityRef] = field(default_factory=list)
+    triples: list[Triple] = field(default_factory=list)  # `fact` indexes the event's facts
+    contradicted: list[int] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
 
 
 def attempt(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> int | None:
@@ -234,8 +256,63 @@ def run(claimed: Claim, extractor: Extractor) -> None:
         Decision(d.event, open_facts[d.fact], d.memory_id, d.text)
         for d in (decisions.decisions if decisions else [])
     ]
+    plan = plan_graph(job, facts, chosen, extractor)
     renew(claimed)
-    apply(job, prepared, chosen, decisions.rejected if decisions else [])
+    apply(job, prepared, chosen, decisions.rejected if decisions else [], plan=plan)
+
+
+def self_name(scope: dict[str, Any]) -> str | None:
+    """The entity "User" / "I" / "me" stand for: the scope's user_id, or its agent_id."""
+    return scope.get("user_id") or scope.get("agent_id") or None
+
+
+def plan_graph(
+    job: Run, facts: Sequence[Fact], chosen: Sequence[Decision], extractor: Extractor
+) -> GraphPlan:
+    """Entities, relations and contradictions for the facts that become new memories.
+
+    Facts already known (NONE, exact repeats) are skipped: their relations were taken when they
+    were first stored. Unusable model output fails the graph step only (FAILED, the facts are
+    stored); any other failure (rate limit, timeout) is the event's, retried whole.
+    """
+    new = sorted({d.fact for d in chosen if d.event in ("ADD", "UPDATE")})
+    me = self_name(job.scope)
+    if not settings.ENGRAM_GRAPH_EXTRACTION or not new:
+        return GraphPlan()
+    shown = [facts[i] for i in new]
+    try:
+        renew(job.claim)
+        entities, usage = extractor.entities(shown, me)
+        job.usage.add(usage)
+        plan = GraphPlan("SUCCEEDED", entities)
+        if len(entities) < 2:  # a relation needs two ends
+            return plan
+        renew(job.claim)
+        found, usage = extractor.relations(shown, entities, me)
+        job.usage.add(usage)
+        plan.rejected += found.rejected
+        plan.triples = [
+            Triple(t.source, t.relationship, t.destination, new[t.fact]) for t in found.triples
+        ]
+        if not plan.triples:
+            return plan
+        known = graph.relations_touching(
+            job.claim.project_id,
+            graph.Scope.of(job.scope),
+            [e.name for e in entities],
+            limit=KNOWN_EDGES,
+        )
+        if known:
+            renew(job.claim)
+            edges = [KnownEdge(r.id, r.source, r.relationship, r.destination) for r in known]
+            contradictions, usage = extractor.contradictions(plan.triples, edges)
+            job.usage.add(usage)
+            plan.contradicted, plan.rejected = (
+                contradictions.edge_ids, plan.rejected + contradictions.rejected
+            )  # fmt: skip
+    except ModelOutputError as exc:
+        return GraphPlan("FAILED", rejected=[f"graph: {exc}"])
+    return plan
 
 
 def store_procedure(event: MemoryEvent, job: Run, context: Context, extractor: Extractor) -> None:
@@ -310,9 +387,12 @@ def apply(
     prepared: Prepared,
     decisions: Sequence[Decision],
     rejected: list[str],
+    *,
     metadata: dict[str, Any] | None = None,
+    plan: GraphPlan | None = None,
 ) -> None:
-    """Apply every decision and finish the event, in one transaction, or nothing at all."""
+    """Apply every decision and the graph plan, and finish the event, in one transaction, or
+    nothing at all."""
     # Most decisions keep the candidate's text, whose vector is known; embed only new wording.
     vectors: dict[str, Any] = dict(
         zip((f.text for f in prepared.facts), prepared.vectors, strict=True)
@@ -338,6 +418,7 @@ def apply(
             .select_for_update()
             .filter(pk__in=[d.memory_id for d in decisions if d.memory_id])
         }
+        stored: dict[int, uuid.UUID] = {}  # fact index -> the memory it became
         for decision in decisions:
             outcome = _apply_one(
                 event, decision, fact=prepared.facts[decision.fact], scope=run.scope,
@@ -348,6 +429,11 @@ def apply(
                 rejected.append(outcome)
             elif outcome is not None:
                 results.append(outcome)
+                if outcome["event"] in ("ADD", "UPDATE"):
+                    stored[decision.fact] = uuid.UUID(outcome["id"])
+        plan = plan or GraphPlan()
+        rejected += plan.rejected
+        event.graph = record_graph(event, run.scope, plan, stored, prepared.facts)
         event.status = MemoryEvent.Status.SUCCEEDED
         event.results = results
         event.extractor = run.extractor
@@ -360,6 +446,68 @@ def apply(
         event.save()
         # The running summary is refreshed off the extraction path, once this has committed.
         actions.schedule_summary_refresh(event)
+
+
+SELF_MENTION = re.compile(r"\b(?:user|i|me|my|mine|myself)\b", re.IGNORECASE)
+
+
+def _mentions(name: str, text: str, me: str | None) -> bool:
+    if me is not None and name == me and SELF_MENTION.search(text):
+        return True
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def record_graph(
+    event: MemoryEvent,
+    scope: dict[str, Any],
+    plan: GraphPlan,
+    stored: dict[int, uuid.UUID],
+    facts: Sequence[Fact],
+) -> dict[str, Any]:
+    """Apply the graph plan through the actions (in the caller's transaction); what the event
+    records of it: status, entities, relations added (or merged) and invalidated."""
+    summary: dict[str, Any] = {"status": plan.status}
+    if plan.status != "SUCCEEDED":
+        return summary
+    me = self_name(scope)
+    types = {graph.normalise_name(e.name): e.type for e in plan.entities}
+    assertions = [
+        GraphAssertion(
+            t.source,
+            t.relationship,
+            t.destination,
+            stored[t.fact],
+            types.get(graph.normalise_name(t.source), ""),
+            types.get(graph.normalise_name(t.destination), ""),
+        )
+        for t in plan.triples
+        if t.fact in stored  # its fact became a memory (not refused as immutable)
+    ]
+    mentions = {
+        memory_id: [(e.name, e.type) for e in plan.entities if _mentions(e.name, facts[i].text, me)]
+        for i, memory_id in stored.items()
+    }
+    outcome = actions.do_record_graph(
+        event.project_id,
+        scope,
+        assertions=assertions,
+        contradicted=plan.contradicted,
+        mentions=mentions,
+        event_id=event.id,
+    )
+    summary["entities"] = [{"name": e.name, "type": e.type} for e in plan.entities]
+    summary["added"] = [_relation(r) for r in outcome.added]
+    summary["invalidated"] = [_relation(r) for r in outcome.invalidated]
+    return summary
+
+
+def _relation(relation: graph.Relation) -> dict[str, Any]:
+    return {
+        "id": relation.id,
+        "source": relation.source,
+        "relationship": relation.relationship,
+        "destination": relation.destination,
+    }
 
 
 def _apply_one(

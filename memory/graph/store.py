@@ -204,6 +204,14 @@ _LIST_RELATIONS: LiteralString = (
     "WITH a, r, b ORDER BY r.created_at, id(r) SKIP $offset LIMIT $limit "
     "RETURN " + _RELATION_OUT
 )
+# The valid edges of the scope touching any of the names (what a contradiction is checked
+# against), newest first.
+_TOUCHING: LiteralString = (
+    "MATCH (a:Entity)-[r:RELATES {scope: $scope, valid: true}]->(b:Entity) "
+    "WHERE a.name IN $names OR b.name IN $names "
+    "WITH a, r, b ORDER BY r.created_at DESC, id(r) DESC LIMIT $limit "
+    "RETURN " + _RELATION_OUT
+)
 _FIND_ENTITY: LiteralString = (
     "MATCH (n:Entity) WHERE n.name = $name AND n.scope = $scope RETURN " + _ENTITY_OUT
 )
@@ -458,6 +466,21 @@ def relations(
                 "offset": offset,
             },
         )
+    return [Relation.from_row(row) for row in rows]
+
+
+def relations_touching(
+    project: ProjectId, scope: Scope, names: Iterable[str], *, limit: int = 50
+) -> list[Relation]:
+    """The scope's valid relations with either end among `names`, newest first, at most
+    `limit` (1-MAX_LIMIT)."""
+    _check_page(limit)
+    normalised = sorted({normalise_name(n) for n in names} - {""})
+    if not normalised:
+        return []
+    with project_context(project):
+        graph = ensure_graph(project)
+        rows = _cypher(graph, _TOUCHING, {"scope": scope.key, "names": normalised, "limit": limit})
     return [Relation.from_row(row) for row in rows]
 
 

@@ -182,7 +182,7 @@ def test_it_reruns_the_event_of_a_killed_worker_once(
     tools = [r["body"]["tool_choice"]["name"] for r in fake_claude.requests]
     # The killed call, then one run: nothing was processed twice.
     assert [t for t in tools if t != "record_summary"] == [
-        "record_facts", "record_facts", "record_decisions"
+        "record_facts", "record_facts", "record_decisions", "record_entities"
     ]  # fmt: skip
 
 

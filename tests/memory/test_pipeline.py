@@ -73,8 +73,16 @@ class PipelineTestCase(BaseTestCase):
             done.id,
         )
         assert done.results == [{"id": str(memory.id), "memory": memory.text, "event": "ADD"}]
-        assert done.usage == {"calls": 2, "input_tokens": 240, "output_tokens": 80}
+        # Facts, decisions, and the graph's entities (the fake's empty answer costs no tokens).
+        assert done.usage == {"calls": 3, "input_tokens": 240, "output_tokens": 80}
         assert done.extractor == "claude"
+        # No entity beyond the user's own: nothing to relate, the memory is linked to the user.
+        assert done.graph == {
+            "status": "SUCCEEDED",
+            "entities": [{"name": "alice", "type": "person"}],
+            "added": [],
+            "invalidated": [],
+        }
 
     def test_it_updates_with_history(self) -> None:
         old = self.existing("User lives in NYC")
