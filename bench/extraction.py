@@ -4,7 +4,8 @@
    validate, write the event, send on commit, answer PENDING.
 2. Pipeline throughput of one worker process with a fake Claude answering after a fixed delay
    (a local Messages API, as in the tests): events/s, and engram's own time per event with the
-   model's time taken out. Also model calls and tokens per conversation turn.
+   model's time taken out, graph extraction included (one entity and one relation per turn,
+   written to the AGE graph). Also model calls and tokens per conversation turn.
 
     .venv/bin/python bench/extraction.py [--requests 500] [--events 200] [--model-delay-ms 50]
 """
@@ -34,6 +35,10 @@ TOPICS = ["tea", "hiking", "Lisbon", "guitar", "a beagle", "chess", "sushi", "Ky
 
 def turn(rng: random.Random) -> str:
     return f"I really like {rng.choice(TOPICS)} and I visited {rng.choice(TOPICS)} #{rng.randrange(10**6)}."
+
+
+def topic(text: str) -> str:
+    return text.removeprefix("I really like ").split(" and ")[0].removeprefix("a ")
 
 
 def measure_requests(api: Api, count: int, rng: random.Random) -> list[float]:
@@ -76,7 +81,18 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
             Reply(
                 {"decisions": [{"fact": 0, "event": "ADD", "text": fact}]}, delay=delay_ms / 1000
             ),
-        )
+            # The graph: the user and one topic, one relation; the contradiction check (once the
+            # user has edges) finds none.
+            Reply(
+                {"entities": [{"name": "User", "type": "person"}, {"name": topic(text), "type": "topic"}]},
+                delay=delay_ms / 1000, tool="record_entities",
+            ),
+            Reply(
+                {"relations": [{"source": "User", "relationship": "likes", "destination": topic(text), "fact": 0}]},
+                delay=delay_ms / 1000, tool="record_relations",
+            ),
+            Reply({"contradicted": []}, delay=delay_ms / 1000, tool="record_contradictions"),
+        )  # fmt: skip
         payload = {"messages": [{"role": "user", "content": text}],
                    "scope": {"user_id": f"ext-{i % 20}", "agent_id": None, "app_id": None, "run_id": None}}  # fmt: skip
         with project_context(project.pk):

@@ -2,8 +2,9 @@
 
 In a fresh project: one scope with E edges (default 10,000) among N entities (default 2,000),
 written one upsert_relation per transaction (the throughput figure), then traversals from
-random entities at depth 1, 2 and 3 (limit 100): p50 / p95. Also prints the plan of one
-traversal step, to show the label tables' indexes at work.
+random entities at depth 1, 2 and 3 (limit 100) and the valid edges touching two entities
+(relations_touching, what extraction's contradiction check reads): p50 / p95. Also prints
+the plans of the entity lookup, of relations_touching and of one traversal step.
 
     make migrate
     .venv/bin/python bench/graph.py [--edges 10000 --entities 2000 --traversals 300]
@@ -95,6 +96,17 @@ def main() -> None:
             f"relations returned median {sizes[len(sizes) // 2]}"
         )
 
+    samples = []
+    for _ in range(args.traversals):
+        names = rng.sample(entities, 2)
+        start = time.perf_counter()
+        graph.relations_touching(project, scope, names, limit=50)
+        samples.append((time.perf_counter() - start) * 1000)
+    print(
+        "relations_touching 2 entities (extraction's contradiction check, limit 50): "
+        f"{fmt_ms(percentiles(samples))}"
+    )
+
     plans(project, scope, entities[0])
 
 
@@ -118,6 +130,12 @@ def plans(project, scope, entity: str) -> None:
             lookup += f"'{name}', $$ {store._FIND_ENTITY} $$, %s) AS (v ag_catalog.agtype)"
             cursor.execute(lookup, [json.dumps({"name": root.name, "scope": scope.key})])
             print("\nplan of the entity lookup (Cypher, MATCH {name, scope}):")
+            print("\n".join(row[0] for row in cursor.fetchall()))
+            touching = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM ag_catalog.cypher("
+            touching += f"'{name}', $$ {store._TOUCHING} $$, %s) AS (v ag_catalog.agtype)"
+            params = {"scope": scope.key, "names": [root.name], "limit": 50}
+            cursor.execute(touching, [json.dumps(params)])
+            print("\nplan of relations_touching (Cypher, the contradiction check's read):")
             print("\n".join(row[0] for row in cursor.fetchall()))
         with connection.cursor() as cursor:
             cursor.execute(

@@ -296,12 +296,7 @@ def plan_graph(
         ]
         if not plan.triples:
             return plan
-        known = graph.relations_touching(
-            job.claim.project_id,
-            graph.Scope.of(job.scope),
-            [e.name for e in entities],
-            limit=KNOWN_EDGES,
-        )
+        known = related_edges(job, plan.triples, me)
         if known:
             renew(job.claim)
             edges = [KnownEdge(r.id, r.source, r.relationship, r.destination) for r in known]
@@ -449,6 +444,27 @@ def apply(
 
 
 SELF_MENTION = re.compile(r"\b(?:user|i|me|my|mine|myself)\b", re.IGNORECASE)
+
+
+def related_edges(job: Run, triples: Sequence[Triple], me: str | None) -> list[graph.Relation]:
+    """The valid edges the new triples might contradict, newest first, at most KNOWN_EDGES.
+
+    Those touching an entity of the triples other than the scope's own (likes -> dislikes of
+    the same thing), and the own entity's edges of the triples' relationships only (a new
+    lives_in against the old one): the own entity touches every edge of the user, most of them
+    beside the point.
+    """
+    project, scope = job.claim.project_id, graph.Scope.of(job.scope)
+    mine = graph.normalise_name(me) if me else None
+    others = {graph.normalise_name(n) for t in triples for n in (t.source, t.destination)} - {mine}
+    found = {r.id: r for r in graph.relations_touching(project, scope, others, limit=KNOWN_EDGES)}
+    if mine is not None:
+        for relationship in sorted({t.relationship for t in triples}):
+            for relation in graph.relations_touching(
+                project, scope, [mine], relationship=relationship, limit=KNOWN_EDGES
+            ):
+                found.setdefault(relation.id, relation)
+    return sorted(found.values(), key=lambda r: r.id, reverse=True)[:KNOWN_EDGES]
 
 
 def _mentions(name: str, text: str, me: str | None) -> bool:

@@ -204,13 +204,9 @@ _LIST_RELATIONS: LiteralString = (
     "WITH a, r, b ORDER BY r.created_at, id(r) SKIP $offset LIMIT $limit "
     "RETURN " + _RELATION_OUT
 )
-# The valid edges of the scope touching any of the names (what a contradiction is checked
-# against), newest first.
-_TOUCHING: LiteralString = (
-    "MATCH (a:Entity)-[r:RELATES {scope: $scope, valid: true}]->(b:Entity) "
-    "WHERE a.name IN $names OR b.name IN $names "
-    "WITH a, r, b ORDER BY r.created_at DESC, id(r) DESC LIMIT $limit "
-    "RETURN " + _RELATION_OUT
+# The ids of the scope's entities with these names.
+_FIND_ENTITIES: LiteralString = (
+    "MATCH (n:Entity) WHERE n.name IN $names AND n.scope = $scope RETURN {id: id(n)}"
 )
 _FIND_ENTITY: LiteralString = (
     "MATCH (n:Entity) WHERE n.name = $name AND n.scope = $scope RETURN " + _ENTITY_OUT
@@ -470,18 +466,35 @@ def relations(
 
 
 def relations_touching(
-    project: ProjectId, scope: Scope, names: Iterable[str], *, limit: int = 50
+    project: ProjectId,
+    scope: Scope,
+    names: Iterable[str],
+    *,
+    relationship: str | None = None,
+    limit: int = 50,
 ) -> list[Relation]:
-    """The scope's valid relations with either end among `names`, newest first, at most
-    `limit` (1-MAX_LIMIT)."""
+    """The scope's valid relations with an end among `names` (of this `relationship` only, when
+    given), newest first, at most `limit` (1-MAX_LIMIT): what a new fact may contradict.
+
+    The names are looked up once (a scan of the project's entities, see the module's notes on
+    row-level security), then the edges come from the start_id / end_id indexes, as in a
+    traversal step.
+    """
     _check_page(limit)
     normalised = sorted({normalise_name(n) for n in names} - {""})
     if not normalised:
         return []
     with project_context(project):
         graph = ensure_graph(project)
-        rows = _cypher(graph, _TOUCHING, {"scope": scope.key, "names": normalised, "limit": limit})
-    return [Relation.from_row(row) for row in rows]
+        ids = _cypher(graph, _FIND_ENTITIES, {"names": normalised, "scope": scope.key})
+        if not ids:
+            return []
+        wanted: dict[str, Any] = {"scope": scope.key, "valid": True}
+        if relationship is not None:
+            wanted["type"] = normalise_relationship(relationship)
+        step = _Step(scope, [int(row["id"]) for row in ids], [], False, limit)
+        found = _neighbours(graph, step, wanted=wanted, newest_first=True)
+    return [relation for relation, _ in found]
 
 
 def traverse(
@@ -540,11 +553,22 @@ def _graphids(ids: Iterable[int]) -> str:
     return "{" + ",".join(str(int(i)) for i in ids) + "}"
 
 
-def _neighbours(graph: str, step: _Step) -> list[tuple[Relation, tuple[Entity, Entity]]]:
-    wanted: dict[str, Any] = {"scope": step.scope.key}
-    if not step.include_invalid:
-        wanted["valid"] = True
+def _neighbours(
+    graph: str,
+    step: _Step,
+    *,
+    wanted: dict[str, Any] | None = None,
+    newest_first: bool = False,
+) -> list[tuple[Relation, tuple[Entity, Entity]]]:
+    """The edges touching the frontier whose properties contain `wanted` (by default: the
+    step's scope, and valid unless the step includes invalid ones)."""
+    if wanted is None:
+        wanted = {"scope": step.scope.key}
+        if not step.include_invalid:
+            wanted["valid"] = True
     statement = _NEIGHBOURS_SQL.replace("{graph}", _checked(graph))
+    if newest_first:
+        statement = statement.replace("ORDER BY r.id", "ORDER BY r.id DESC")
     with connection.cursor() as cursor:
         cursor.execute(
             statement,
