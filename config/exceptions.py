@@ -7,13 +7,17 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DataError
+from django.db import DataError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
 logger = logging.getLogger(__name__)
+
+
+# Deadlock detected, serialization failure: the database rolled the transaction back.
+TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
 
 
 class RefusedError(ValueError):
@@ -63,6 +67,17 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             {"detail": "A value in the request cannot be stored (out of range or malformed)."},
             status=status.HTTP_400_BAD_REQUEST,
         )
+    if isinstance(exc, OperationalError) and _sqlstate(exc) in TRANSIENT_SQLSTATES:
+        # Two transactions waited on each other (e.g. graph edges locked in different orders)
+        # and PostgreSQL aborted this one: nothing of it was committed, a retry will succeed.
+        set_rollback()
+        logger.warning("transaction aborted by the database (SQLSTATE %s)", _sqlstate(exc))
+        return Response(
+            {"detail": "A concurrent change conflicted with this request; nothing was changed. "
+                       "Retry."},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "1"},
+        )  # fmt: skip
     if isinstance(exc, ServiceUnavailableError):
         set_rollback()
         return Response(

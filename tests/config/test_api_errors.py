@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
+import psycopg
+from django.db import connection, transaction
 from django.test import override_settings
 from django.urls import path
 from rest_framework import serializers
@@ -25,7 +31,22 @@ def echo(request: Request) -> Response:
     return Response(serializer.validated_data)
 
 
-urlpatterns = [path("v1/echo/", echo)]
+# Two advisory locks taken in opposite orders by this request and another session.
+HOLD_FIRST = threading.Event()
+
+
+@api_view(["POST"])
+def deadlock(request: Request) -> Response:
+    """Takes lock 1, lets the other session take lock 2, then waits for lock 2: a deadlock."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(7001)")
+        HOLD_FIRST.set()
+        time.sleep(0.2)  # the other session takes 7002 meanwhile
+        cursor.execute("SELECT pg_advisory_xact_lock(7002)")
+    return Response({"detail": "no deadlock"})
+
+
+urlpatterns = [path("v1/echo/", echo), path("v1/deadlock/", deadlock)]
 
 
 @override_settings(ROOT_URLCONF=__name__, ENGRAM_MAX_BODY_BYTES=2048)
@@ -77,3 +98,34 @@ class NotFoundTestCase(BaseTestCase):
         response = self.client.get("/v1/nothing-here/", headers=auth(self.alice.raw))
         assert response.status_code == 404
         assert response.json() == {"detail": "Not found."}
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_a_deadlock_is_a_503_asking_for_a_retry(committed_db: None, client: Any) -> None:
+    """PostgreSQL aborts the request's transaction (the first to wait detects the cycle): the
+    client gets a 503 with Retry-After, not a 500, and nothing of the request is committed."""
+    from tests.factory import make_key
+
+    key = make_key("acme", "deadlock")
+    settings_dict = connection.settings_dict
+    dsn = {"dbname": settings_dict["NAME"], "user": settings_dict["USER"],
+           "password": settings_dict["PASSWORD"], "host": settings_dict["HOST"],
+           "port": settings_dict["PORT"]}  # fmt: skip
+
+    def other_session() -> None:
+        with psycopg.connect(**dsn) as other, other.cursor() as cursor:
+            HOLD_FIRST.wait(10)
+            cursor.execute("SELECT pg_advisory_xact_lock(7002)")
+            time.sleep(0.4)  # the request is waiting for 7002 by now
+            cursor.execute("SELECT pg_advisory_xact_lock(7001)")  # granted once it is aborted
+            other.rollback()
+
+    HOLD_FIRST.clear()
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    response = client.post("/v1/deadlock/", {}, content_type="application/json",
+                           headers=auth(key.raw))  # fmt: skip
+    thread.join(30)
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert "nothing was changed" in response.json()["detail"]
