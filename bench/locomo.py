@@ -1,19 +1,28 @@
 """Retrieval quality on LoCoMo, through the public API.
 
 Every dialog turn is stored raw (infer=false) as "[<session date>] <speaker>: <text>", one user id
-per conversation, one add request per session (so a turn's neighbours are its context), with its
-turn id (dia_id) written into the memory's metadata. Every question of categories 1-4 is then a
-search in that user's scope; a hit is a returned memory whose turn id is in the question's evidence.
-Prints recall@1/5/10/20 and MRR per category and overall, and search latency.
+per conversation, one add request per session (so a turn's neighbours are its context), or with
+--per-turn one add request per turn (no neighbours, no shared request), with its turn id (dia_id)
+written into the memory's metadata. Once the worker has linked every stored turn to its entities
+(it waits for the worker's `entities` queue to drain, reading it through DATABASE_URL), every
+question of categories 1-4 is a search in that user's scope; a hit is a returned memory whose
+turn id is in the question's evidence. Prints recall@1/5/10/20 and MRR per category and overall,
+and search latency.
+
+--also-host URL (repeatable) evaluates the same stored turns again through another server on the
+same database, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off), and
+prints a table per server.
 
     make run   # in another terminal (or any engram URL + key)
     .venv/bin/python bench/locomo.py [--data ../shared/data/locomo-dev.json] [--host URL --api-key KEY]
+        [--per-turn] [--also-host URL ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -23,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, Api, default_host, default_key, fmt_ms, percentiles
+from common import ROOT, Api, default_host, default_key, fmt_ms, load_local_env, percentiles
 
 KS = (1, 5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -48,7 +57,9 @@ def evidence_ids(raw: list[str]) -> set[str]:
     return ids
 
 
-def ingest(api: Api, sample: dict[str, Any], user_id: str) -> tuple[int, list[float]]:
+def ingest(
+    api: Api, sample: dict[str, Any], user_id: str, *, per_turn: bool = False
+) -> tuple[int, list[float]]:
     conversation = sample["conversation"]
     stored, timings = 0, []
     sessions = sorted(
@@ -57,6 +68,22 @@ def ingest(api: Api, sample: dict[str, Any], user_id: str) -> tuple[int, list[fl
     for number in sessions:
         turns = conversation[f"session_{number}"]
         date = conversation.get(f"session_{number}_date_time", "")
+        if per_turn:
+            for turn in turns:
+                one: dict[str, Any] = {
+                    "messages": [
+                        {"role": "user", "content": f"[{date}] {turn['speaker']}: {turn['text']}"}
+                    ],
+                    "user_id": user_id,
+                    "infer": False,
+                    "metadata": {"dia_id": turn["dia_id"], "session": number},
+                }
+                if (ts := session_time(date)) is not None:
+                    one["timestamp"] = ts
+                result, elapsed = api.call("POST", "/v3/memories/add/", json=one)
+                timings.append(elapsed)
+                stored += sum(1 for r in result["results"] if r["event"] == "ADD")
+            continue
         messages = [
             {"role": "user", "content": f"[{date}] {t['speaker']}: {t['text']}"} for t in turns
         ]
@@ -74,6 +101,28 @@ def ingest(api: Api, sample: dict[str, Any], user_id: str) -> tuple[int, list[fl
             api.call("PUT", "/v1/batch/", json={"memories": updates})
         stored += len(updates)
     return stored, timings
+
+
+def wait_for_linking(timeout: float = 1800) -> None:
+    """Until the worker's `entities` queue has nothing queued or being consumed."""
+    import psycopg
+
+    load_local_env()
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        print("no DATABASE_URL: not waiting for entity linking")
+        return
+    started = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.perf_counter() - started < timeout:
+            row = conn.execute(
+                "SELECT count(*) FROM dramatiq.queue WHERE queue_name = 'entities' "
+                "AND state IN ('queued', 'consumed')"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            time.sleep(1)
+    print(f"entity linking done after {time.perf_counter() - started:.0f}s of waiting")
 
 
 def evaluate(api: Api, sample: dict[str, Any], user_id: str, scores: dict, latencies: list) -> None:
@@ -107,6 +156,13 @@ def main() -> None:
     parser.add_argument("--host", default=default_host())
     parser.add_argument("--api-key", default=default_key())
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
+    parser.add_argument("--per-turn", action="store_true", help="one add request per turn")
+    parser.add_argument(
+        "--also-host",
+        action="append",
+        default=[],
+        help="also evaluate through this server (e.g. ENGRAM_SEARCH_ENTITY_WEIGHT=0); repeatable",
+    )
     args = parser.parse_args()
     if not args.api_key:
         sys.exit("No API key: run `make run` first, or pass --api-key / set ENGRAM_API_KEY.")
@@ -115,23 +171,42 @@ def main() -> None:
         data = data[: args.limit]
     api = Api(args.host, args.api_key)
     run = uuid.uuid4().hex[:8]
-    scores: dict[Any, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    latencies: list[float] = []
     add_times: list[float] = []
     started = time.perf_counter()
     turns = 0
-    for sample in data:
-        user_id = f"locomo-{sample['sample_id']}-{run}"
-        stored, timings = ingest(api, sample, user_id)
+    users = [f"locomo-{sample['sample_id']}-{run}" for sample in data]
+    for sample, user_id in zip(data, users, strict=True):
+        stored, timings = ingest(api, sample, user_id, per_turn=args.per_turn)
         turns += stored
         add_times += timings
-        evaluate(api, sample, user_id, scores, latencies)
-        api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
+    wait_for_linking()
+    hosts = [args.host, *args.also_host]
     print(f"command: {' '.join(sys.argv)}")
     print(
-        f"data: {args.data} — {len(data)} conversations, {turns} turns stored, "
-        f"{len(scores['all']['mrr'])} questions (categories 1-4), {time.perf_counter() - started:.0f}s"
+        f"data: {args.data} — {len(data)} conversations, {turns} turns stored "
+        f"({'one add per turn' if args.per_turn else 'one add per session'})"
     )
+    for host in hosts:
+        scores: dict[Any, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        latencies: list[float] = []
+        searcher = Api(host, args.api_key)
+        for _ in range(20):  # each web worker loads the embedding model on its first search
+            body = {"query": "warm up", "filters": {"user_id": users[0]}}
+            searcher.call("POST", "/v3/memories/search/", json=body)
+        for sample, user_id in zip(data, users, strict=True):
+            evaluate(searcher, sample, user_id, scores, latencies)
+        report(host, scores, latencies)
+    for user_id in users:
+        api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
+    unit = "turn" if args.per_turn else "session"
+    print(
+        f"add latency per {unit} (infer=false): {fmt_ms(percentiles(add_times))} over {len(add_times)}"
+    )
+    print(f"total {time.perf_counter() - started:.0f}s")
+
+
+def report(label: str, scores: dict[Any, dict[str, list[float]]], latencies: list[float]) -> None:
+    print(f"-- {label}: {len(scores['all']['mrr'])} questions (categories 1-4)")
     header = (
         f"{'category':<14}{'n':>5}" + "".join(f"{'r@' + str(k):>8}" for k in KS) + f"{'MRR':>8}"
     )
@@ -145,9 +220,6 @@ def main() -> None:
         print(f"{name:<14}{len(rows['mrr']):>5}{cells}{sum(rows['mrr']) / len(rows['mrr']):8.3f}")
     print(
         f"search latency (HTTP, incl. query embedding): {fmt_ms(percentiles(latencies))} over {len(latencies)}"
-    )
-    print(
-        f"add latency per session (infer=false): {fmt_ms(percentiles(add_times))} over {len(add_times)}"
     )
 
 

@@ -7,8 +7,15 @@ vectors for the rest. Then measures, over Q queries (default 1,000):
   - full HTTP time through the API (including the query embedding), against a running server;
 and the throughput of `add` (infer=false) through the API in batches.
 
+Every generated memory is also linked to the entities the local recogniser finds in it (its
+place), written straight into MemoryEntity as the worker would (without the AGE vertices, which
+search does not read), so the search statement carries its entity signal at full size.
+--also-host URL (repeatable) measures the HTTP search time through another server on the same
+database too, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off).
+
     make run   # in another terminal
     .venv/bin/python bench/search.py [--memories 100000 --users 1000 --queries 1000]
+        [--also-host URL ...]
     (the environment of .local/engram.env is read, so the benchmark can write the data set)
 """
 
@@ -142,7 +149,8 @@ def generate(project, memories: int, users: int, sample: int, rng: random.Random
 
 
 def _flush(batch, real_every, offset, np_rng, embed, project_context, project) -> int:
-    from memory.models import Memory
+    from memory.graph.recognise import normalise, recognise
+    from memory.models import Memory, MemoryEntity
 
     if not batch:
         return 0
@@ -153,8 +161,19 @@ def _flush(batch, real_every, offset, np_rng, embed, project_context, project) -
         vectors[real] = embed([batch[i].text for i in real])
     for memory, vector in zip(batch, vectors, strict=True):
         memory.embedding = vector
+    links = [
+        MemoryEntity(
+            project=project,
+            memory=memory,
+            entity_name=normalise(name),
+            user_id=memory.user_id,
+        )
+        for memory in batch
+        for name, _ in recognise(memory.text)
+    ]
     with project_context(project.pk):
         Memory.objects.bulk_create(batch)
+        MemoryEntity.objects.bulk_create(links, ignore_conflicts=True)
     return len(batch)
 
 
@@ -289,6 +308,12 @@ def main() -> None:
     )
     parser.add_argument("--host", default=default_host())
     parser.add_argument(
+        "--also-host",
+        action="append",
+        default=[],
+        help="measure HTTP search through this server too (e.g. the entity signal off)",
+    )
+    parser.add_argument(
         "--explain", action="store_true", help="print EXPLAIN ANALYZE of one search"
     )
     args = parser.parse_args()
@@ -309,20 +334,31 @@ def main() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memory_memory")
-    db = measure_db(new.key.project, sizes, args.queries, rng)
-    print(
-        f"search, database time (statement only, top_k=10): {fmt_ms(percentiles(db))} over {len(db)} queries"
-    )
+        cursor.execute("ANALYZE memory_memoryentity")
+    from django.conf import settings
+
+    weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
+    for label, value in ((f"entity signal {weight}", weight), ("entity signal off", 0.0)):
+        settings.ENGRAM_SEARCH_ENTITY_WEIGHT = value
+        db = measure_db(new.key.project, sizes, args.queries, random.Random(44))
+        print(
+            f"search, database time (statement only, top_k=10, {label}): "
+            f"{fmt_ms(percentiles(db))} over {len(db)} queries"
+        )
+    settings.ENGRAM_SEARCH_ENTITY_WEIGHT = weight
     if args.explain:
         print(explain_one(new.key.project, sizes))
+    for host in [args.host, *args.also_host]:
+        api = Api(host, new.raw)
+        for _ in range(20):  # each web worker loads the embedding model on its first search
+            body = {"query": "warm up", "filters": {"user_id": "user-1"}}
+            api.call("POST", "/v3/memories/search/", json=body)
+        http = measure_http(api, sizes, args.queries, random.Random(43))
+        print(
+            f"search, HTTP time via {host} (incl. query embedding, top_k=10): "
+            f"{fmt_ms(percentiles(http))} over {len(http)} queries"
+        )
     api = Api(args.host, new.raw)
-    api.call(
-        "POST", "/v3/memories/search/", json={"query": "warm up", "filters": {"user_id": "user-1"}}
-    )
-    http = measure_http(api, sizes, args.queries, rng)
-    print(
-        f"search, HTTP time (incl. query embedding, top_k=10): {fmt_ms(percentiles(http))} over {len(http)} queries"
-    )
     rate, add_times = measure_add(api, args.add_memories, args.add_batch, args.add_concurrency, rng)
     print(
         f"add (infer=false) through HTTP, batches of {args.add_batch}: {rate:.0f} memories/s; "

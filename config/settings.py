@@ -248,6 +248,14 @@ ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
 ENGRAM_MAX_EXPORT_MEMORIES = env_int("ENGRAM_MAX_EXPORT_MEMORIES", 10_000, minimum=1)
 # An add's Idempotency-Key is remembered this long; an older one is a new key (memory.api).
 ENGRAM_IDEMPOTENCY_HOURS = env_int("ENGRAM_IDEMPOTENCY_HOURS", 24, minimum=1)
+# Weight of search's entity signal (memories linked to entities the query names) against the
+# keyword (1.0) and semantic (0.5) signals; 0 turns it off (memory.retrieval.search).
+try:
+    ENGRAM_SEARCH_ENTITY_WEIGHT = float(env_str("ENGRAM_SEARCH_ENTITY_WEIGHT", "0.5"))
+except ValueError as error:
+    raise ImproperlyConfigured("ENGRAM_SEARCH_ENTITY_WEIGHT must be a number") from error
+if not 0 <= ENGRAM_SEARCH_ENTITY_WEIGHT <= 10:
+    raise ImproperlyConfigured("ENGRAM_SEARCH_ENTITY_WEIGHT must be from 0 to 10")
 
 # --- Extraction (Claude) and the job queue ----------------------------------------------------
 # Without a key, a deterministic offline extractor stands in (see memory/extraction/llm.py).

@@ -224,6 +224,7 @@ def do_add_messages(
             )
             for m in new
         )
+        schedule_entity_linking(project.pk, [m.pk for m in new])
     return outcome
 
 
@@ -278,6 +279,7 @@ def do_create_memory(project_id: uuid.UUID, new: NewMemory, *, actor: Actor) -> 
             **new.scope,
         )
         _history(memory, MemoryHistory.Event.ADD, old=None, actor=actor).save()
+        schedule_entity_linking(project_id, [memory.pk])
     return memory
 
 
@@ -294,6 +296,8 @@ def do_supersede_memory(memory: Memory, new: NewMemory, *, actor: Actor) -> Memo
         history = _history(memory, MemoryHistory.Event.UPDATE, old=memory.text, actor=actor)
         history.new_memory = replacement.text
         history.save()
+        # The old memory no longer backs its relations (the replacement asserts its own).
+        graph.retract_memories(memory.project_id, [memory.pk])
     return replacement
 
 
@@ -329,6 +333,11 @@ def do_update_memory(
         memory.updated_at = timezone.now()
         memory.save()
         _history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=who).save()
+        if new_text:
+            # The old wording's relations no longer hold: the memory stops backing them (they
+            # are invalidated unless another active memory backs them). No re-extraction.
+            graph.retract_memories(memory.project_id, [memory.pk], reworded=True)
+            schedule_entity_linking(memory.project_id, [memory.pk])
     return memory
 
 
@@ -345,6 +354,8 @@ def _mark_deleted(project_id: uuid.UUID, memories: Iterable[Memory], actor: Acto
         MemoryHistory.objects.bulk_create(
             _history(m, MemoryHistory.Event.DELETE, old=m.text, actor=actor) for m in rows
         )
+        # Relations only these memories backed are invalidated (kept, restorable).
+        graph.retract_memories(project_id, [m.pk for m in rows])
     return len(rows)
 
 
@@ -371,6 +382,8 @@ def do_restore_memory(memory: Memory, *, actor: Actor | str) -> Memory:
         memory.state, memory.updated_at = Memory.State.ACTIVE, timezone.now()
         memory.save(update_fields=["state", "updated_at"])
         _history(memory, MemoryHistory.Event.RESTORE, old=None, actor=who).save()
+        # Relations invalidated only by its retraction are valid again.
+        graph.reinstate_memories(memory.project_id, [memory.pk])
     return memory
 
 
@@ -411,6 +424,10 @@ def do_batch_update(
             [u.memory for u in updates], ["text", "hash", "embedding", "metadata", "updated_at"]
         )
         MemoryHistory.objects.bulk_create(history)
+        changed = [h.memory_id for h in history if h.old_memory != h.new_memory]
+        # As in do_update_memory: reworded memories stop backing their old relations.
+        graph.retract_memories(updates[0].memory.project_id, changed, reworded=True)
+        schedule_entity_linking(updates[0].memory.project_id, changed)
     return len(updates)
 
 
@@ -553,6 +570,19 @@ def do_record_graph(
     return outcome
 
 
+def schedule_entity_linking(project_id: uuid.UUID, memory_ids: Sequence[uuid.UUID]) -> None:
+    """Link these memories to the entities they mention, once this transaction has committed:
+    off the request path, in the worker (memory.extraction.tasks.link_entities), so an add is
+    not slowed by the graph. Links are only added: text that no longer names an entity keeps
+    its old link until the memory is deleted."""
+    from memory.extraction.tasks import link_entities
+
+    if not memory_ids:
+        return
+    args = (str(project_id), [str(m) for m in memory_ids])
+    transaction.on_commit(lambda: link_entities.send(*args))
+
+
 def schedule_summary_refresh(event: MemoryEvent) -> None:
     """Fold the event's messages into its scope's running summary, once this transaction has
     committed (off the extraction path; memory.extraction.tasks.refresh_summary)."""
@@ -568,8 +598,8 @@ def schedule_summary_refresh(event: MemoryEvent) -> None:
 ERASURE_HASH_LABEL = "engram.erasure.subject.v1"
 # The stores engram_erase_user reports on, in the order they are listed.
 ERASURE_STORES = (
-    "memories", "feedback", "entity_links", "history", "summaries", "events", "queue_messages",
-    "exports", "access_log",
+    "memories", "feedback", "entity_links", "graph_entities", "graph_relations", "history",
+    "summaries", "events", "queue_messages", "exports", "access_log",
 )  # fmt: skip
 
 
@@ -584,13 +614,14 @@ def do_erase_user(
 ) -> dict[str, int]:
     """Erase one user of one project from every store, for good (GDPR right to erasure).
 
-    One call of the database function `engram_erase_user` (audit migration 0008), in one
-    transaction in the project's tenant context: it deletes the user's memories, their
-    feedback, entity links and history, scope summaries, add requests and their queue
-    messages, and the exports that hold any of it; replaces the id by its salted hash in the
-    access log; and writes a purge record with the counts. Returns the rows per store;
-    `dry_run` counts only and writes nothing. A second run erases nothing and records that.
-    Not yet: the project's AGE graph (vertices and edges of the user's entities).
+    One call of the database function `engram_erase_user` (audit migrations 0008, 0010), in
+    one transaction in the project's tenant context: it deletes the user's memories, their
+    feedback, entity links and history, the user's vertices in the project's AGE graph
+    (graph_entities: every vertex whose user_id is the user) with their edges and any edge of
+    the user (graph_relations), scope summaries, add requests and their queue messages, and
+    the exports that hold any of it; replaces the id by its salted hash in the access log; and
+    writes a purge record with the counts. Returns the rows per store; `dry_run` counts only
+    and writes nothing. A second run erases nothing and records that.
     """
     if not user_id or len(user_id) > SCOPE_MAX_LENGTH:
         raise ValueError(f"user_id must have 1 to {SCOPE_MAX_LENGTH} characters.")

@@ -332,3 +332,78 @@ SCOPE_PARAMETERS = [
     OpenApiParameter(name, str, description='An id, or "*" for any.') for name in SCOPE_FIELDS
 ] + [OpenApiParameter("filters", str, description="A filter object: JSON or a Python dict.")]
 SHOW_EXPIRED = OpenApiParameter("show_expired", bool)
+
+
+# -- the graph (memory/api/graph.py, and search with enable_graph) ------------------------------
+
+
+class GraphRelationSerializer(Closed):
+    id = serializers.CharField(help_text="The edge's graph id.")
+    # Fields named like Field attributes: DRF's metaclass moves them to _declared_fields.
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text="The source entity's (normalised) name."
+    )
+    source_id = serializers.CharField(help_text="The source entity's node id.")
+    relationship = serializers.CharField(help_text='Normalised: lower case, "works_at".')
+    destination = serializers.CharField()
+    destination_id = serializers.CharField()
+    valid = serializers.BooleanField(help_text="False once a later fact contradicted it.")
+    created_at = serializers.DateTimeField()
+    invalidated_at = serializers.DateTimeField(allow_null=True)
+    memory_ids = serializers.ListField(
+        child=serializers.UUIDField(), help_text="The memories that asserted it."
+    )
+    event_id = serializers.UUIDField(allow_null=True, help_text="The add request it came from.")
+    user_id = serializers.CharField(allow_null=True)
+    agent_id = serializers.CharField(allow_null=True)
+    app_id = serializers.CharField(allow_null=True)
+    run_id = serializers.CharField(allow_null=True)
+
+
+class GraphNodeSerializer(Closed):
+    id = serializers.CharField(help_text="The entity's graph id.")
+    name = serializers.CharField(help_text="Normalised: lower case, single spaces.")
+    display_name = serializers.CharField(help_text="As first written.")
+    type = serializers.CharField(help_text='e.g. "person", "location"; "" when unknown.')
+    mentions = serializers.IntegerField(help_text="How many memories name it.")
+    created_at = serializers.DateTimeField()
+    user_id = serializers.CharField(allow_null=True)
+    agent_id = serializers.CharField(allow_null=True)
+    app_id = serializers.CharField(allow_null=True)
+    run_id = serializers.CharField(allow_null=True)
+
+
+class GraphTraversalSerializer(Closed):
+    nodes = GraphNodeSerializer(many=True, help_text="The start entities first.")
+    relations = GraphRelationSerializer(many=True)
+
+
+class GraphRelationPageSerializer(PageSerializer):
+    results = GraphRelationSerializer(many=True)
+
+
+class SearchRelationSerializer(Closed):
+    source = serializers.CharField()  # type: ignore[assignment]
+    relationship = serializers.CharField()
+    destination = serializers.CharField()
+    target = serializers.CharField(help_text="The destination again (the Mem0 Platform's name).")
+
+
+class GraphSearchResultsSerializer(Closed):
+    """enable_graph: the results and the relations (on v1 and v2 too, as Mem0 answered)."""
+
+    results = ScoredMemorySerializer(many=True)
+    relations = SearchRelationSerializer(many=True)
+
+
+SEARCH_V3 = PolymorphicProxySerializer(
+    component_name="SearchResponse",
+    serializers=[SearchResultsSerializer, GraphSearchResultsSerializer],
+    resource_type_field_name=None,
+)
+SEARCH_LEGACY = PolymorphicProxySerializer(
+    component_name="SearchResponseLegacy",
+    serializers=[ScoredMemorySerializer(many=True), GraphSearchResultsSerializer],
+    resource_type_field_name=None,
+    many=False,
+)

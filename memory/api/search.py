@@ -1,4 +1,5 @@
-"""Search: v3 answers an envelope {"results": [...]}, v1 and v2 a bare list."""
+"""Search: v3 answers an envelope {"results": [...]}, v1 and v2 a bare list; with enable_graph
+all three answer {"results": [...], "relations": [...]}."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
+from memory import queries
 from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import matching, tenant
+from memory.api.graph import search_relations as graph_relations
 from memory.retrieval.embeddings import embed_one
 from memory.retrieval.filters import scope_values
 
@@ -24,12 +27,20 @@ def search(request: Request, *, envelope: bool) -> Response:
     # One user's (agent's, run's) memories are few enough to rank exactly; see hybrid_search.
     scoped = any(scope.values()) or bool(scope_values(data.get("filters") or {}))
     embedding = embed_one(data["query"])  # before the transaction: a hosted embedder is HTTP
-    with tenant(request):
+    with tenant(request) as project:
         results = matching(request, data).search(
             data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped,
             embedding=embedding,
         )  # fmt: skip
         note_access(request, result_count=len(results))
+        # enable_graph: the relations behind the results, and the entities the query names.
+        relations = (
+            queries.search_relations(
+                project, s.merged_filters(data), data["query"], [hit.memory.id for hit in results]
+            )
+            if data["enable_graph"]
+            else None
+        )
     items = [
         {
             **s.memory_data(r.memory),
@@ -42,12 +53,15 @@ def search(request: Request, *, envelope: bool) -> Response:
         }
         for r in results
     ]
+    if relations is not None:
+        # Mem0 answered graph searches with an object on every version (results, relations).
+        return Response({"results": items, "relations": graph_relations(relations)})
     return Response({"results": items} if envelope else items)
 
 
 @extend_schema(
     request=s.SearchSerializer,
-    responses=r.answers({200: r.SearchResultsSerializer}, body=True, embeds=True),
+    responses=r.answers({200: r.SEARCH_V3}, body=True, embeds=True),
     parameters=[r.RETRY_AFTER],
     summary="Search memories (v3)",
 )
@@ -58,7 +72,7 @@ def search_v3(request: Request) -> Response:
 
 @extend_schema(
     request=s.SearchSerializer,
-    responses=r.answers({200: r.ScoredMemorySerializer(many=True)}, body=True, embeds=True),
+    responses=r.answers({200: r.SEARCH_LEGACY}, body=True, embeds=True),
     parameters=[r.RETRY_AFTER],
     summary="Search memories (v1/v2: a bare list)",
 )

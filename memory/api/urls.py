@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memory.api import batch, entities, events, exports, feedback, memories, search
+from memory.api import batch, entities, events, exports, feedback, graph, memories, search
 
 urlpatterns = [
     path("v3/memories/add/", memories.add_memories, name="add"),
@@ -23,4 +23,6 @@ urlpatterns = [
     path("v1/events/", events.event_list, name="events"),
     path("v1/exports/", exports.create_export, name="export"),
     path("v1/exports/get/", exports.get_export, name="export-get"),
+    path("v1/graph/", graph.relations, name="graph"),
+    path("v1/graph/traverse/", graph.traverse, name="graph-traverse"),
 ]

@@ -37,3 +37,21 @@ def process_event(event_id: str, project_id: str) -> None:
 def refresh_summary(event_id: str, project_id: str) -> None:
     """Keep the scope's running summary current (context for its next extraction)."""
     pipeline.refresh_summary(uuid.UUID(event_id), uuid.UUID(project_id), get_extractor())
+
+
+@dramatiq.actor(queue_name="entities", max_retries=2, min_backoff=5_000, time_limit=5 * 60 * 1000)
+def link_entities(project_id: str, memory_ids: list[str]) -> None:
+    """Link stored memories to the entities the local recogniser finds in them
+    (memory.graph.link_mentions): every memory, raw ones included, so search's entity signal
+    works without a model. Safe to run again (links are made once). A message that cannot
+    work (ids that are not UUIDs) ends at once; any other failure is retried twice, with
+    backoff, then the message is dead: it never loops.
+    """
+    from memory.graph import link_mentions
+
+    try:
+        project = uuid.UUID(project_id)
+        ids = [uuid.UUID(str(m)) for m in memory_ids]
+    except (TypeError, ValueError, AttributeError):
+        return
+    link_mentions(project, ids)

@@ -5,6 +5,12 @@ and writes it, and the relational memory <-> entity index (memory.models.MemoryE
 consistent with it. May import memory.models and tenants only; nothing in memory.retrieval,
 queries or actions imports it yet (extraction, the entity search signal and the API will).
 
+Reads by one exact scope (traverse, relations) serve the pipeline; the HTTP API reads across
+scopes the way search filters (ScopeMatch: named ids equal, "*" any value, the others unset;
+EdgeFilter adds validity and "asserted by a memory of this queryset"): relations_in,
+count_relations_in, traverse_in, relations_touching_in, and relations_of_memories for search's
+enable_graph. Those are plain SQL over the label tables, values as parameters.
+
 Tenant isolation:
 
 - Graph name. A project's graph is `g_` + the project's UUID in hex (graph_name): derived, never
@@ -88,3 +94,36 @@ __all__ = [
     "upsert_entity",
     "upsert_relation",
 ]
+
+# Entity linking by the local recogniser (memory.graph.recognise), run by the worker.
+from memory.graph.store import MAX_KNOWN_NAMES, link_mentions
+
+__all__ += ["MAX_KNOWN_NAMES", "link_mentions"]
+
+# Reads across scopes, as search filters them (the HTTP API: memory.queries graph readers).
+from memory.graph.store import (  # noqa: E402
+    ANY_VALUE,
+    EdgeFilter,
+    ScopeMatch,
+    count_relations_in,
+    relations_in,
+    relations_of_memories,
+    relations_touching_in,
+    traverse_in,
+)
+
+__all__ += [
+    "ANY_VALUE",
+    "EdgeFilter",
+    "ScopeMatch",
+    "count_relations_in",
+    "relations_in",
+    "relations_of_memories",
+    "relations_touching_in",
+    "traverse_in",
+]
+
+# Retraction: the memory actions keep the edges in step with the memories behind them.
+from memory.graph.store import RETRACTION, reinstate_memories, retract_memories  # noqa: E402
+
+__all__ += ["RETRACTION", "reinstate_memories", "retract_memories"]

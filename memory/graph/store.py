@@ -20,6 +20,7 @@ from typing import Any, LiteralString
 
 import psycopg
 from django.db import connection
+from django.db.models import QuerySet
 
 from memory.models import SCOPE_FIELDS, Memory, MemoryEntity
 from tenants.db import project_context
@@ -674,3 +675,585 @@ def memory_ids_for_entities(
             .values_list("memory_id", flat=True)
             .distinct()
         )
+
+
+# -- entity linking by the local recogniser ----------------------------------------------------
+
+# The scope's known entity names handed to the recogniser: at most this many (newest links).
+MAX_KNOWN_NAMES = 5_000
+# Memories linked per transaction by link_mentions.
+LINK_CHUNK = 50
+
+
+def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> int:
+    """Link each active memory of `memory_ids` to the entities the local recogniser finds in it
+    (memory.graph.recognise): its proper nouns, titles, acronyms, the scope's already known
+    entity names, and for a user's first-person text the scope's self entity. Returns how many
+    new links were made.
+
+    Safe to run again: links a memory already has are skipped before any Cypher runs, so a
+    re-run writes nothing and no mention is counted twice. One transaction per LINK_CHUNK
+    memories, entities locked in name order within each memory, so concurrent jobs of one scope
+    neither hold locks long nor deadlock; a memory deleted meanwhile is skipped. The known names
+    are read from MemoryEntity, not AGE (one indexed query per scope).
+    """
+    from memory.graph.recognise import known_names, mentions_self, recognise, self_entity
+
+    ids = [str(uuid.UUID(str(m))) for m in memory_ids]
+    with project_context(project):
+        memories = list(
+            Memory.objects.filter(project_id=project, pk__in=ids, state=Memory.State.ACTIVE)
+            .only("id", "text", "role", *SCOPE_FIELDS)
+            .order_by("created_at", "id")
+        )
+        linked: set[tuple[uuid.UUID, str]] = set(
+            MemoryEntity.objects.filter(memory_id__in=[m.pk for m in memories]).values_list(
+                "memory_id", "entity_name"
+            )
+        )
+    by_scope: dict[Scope, list[Memory]] = {}
+    for memory in memories:
+        by_scope.setdefault(Scope.of(memory.scope), []).append(memory)
+    work: list[tuple[Memory, Scope, list[tuple[str, str]]]] = []
+    for scope, rows in by_scope.items():
+        with project_context(project):
+            known = known_names(_scope_entity_names(project, scope))
+        # First the names the batch itself introduces, so its texts are linked alike whatever
+        # their order ("Berlin is cold" after "Jon moved to Berlin" names Berlin too).
+        for memory in rows:
+            for name, _ in recognise(memory.text, known):
+                known.setdefault(normalise_name(name), name)
+        me = self_entity(scope.as_dict())
+        for memory in rows:
+            found = recognise(memory.text, known)
+            if me and memory.role in ("user", "") and mentions_self(memory.text):
+                found.append((me, "person"))
+            new = {
+                key: pair
+                for key, pair in ((normalise_name(n), (n, t)) for n, t in found)
+                if (memory.pk, key) not in linked
+            }
+            if new:
+                work.append((memory, scope, [new[key] for key in sorted(new)]))
+    made = 0
+    for start in range(0, len(work), LINK_CHUNK):
+        with project_context(project):
+            graph = ensure_graph(project)
+            for memory, scope, pairs in work[start : start + LINK_CHUNK]:
+                try:  # the memory is read first: nothing is written when it is gone
+                    _link(graph, project, memory.pk, pairs, scope)
+                except Memory.DoesNotExist:
+                    continue  # erased since the job was queued
+                made += len(pairs)
+    return made
+
+
+def _scope_entity_names(project: ProjectId, scope: Scope) -> list[str]:
+    filters: dict[str, Any] = {}
+    for f, value in scope.as_dict().items():
+        filters[f if value is not None else f"{f}__isnull"] = value if value is not None else True
+    names = (
+        MemoryEntity.objects.filter(project_id=project, **filters)
+        .order_by("-id")
+        .values_list("entity_name", flat=True)[:MAX_KNOWN_NAMES]
+    )
+    return list(dict.fromkeys(names))
+
+
+# -- reads across scopes (the HTTP API) --------------------------------------------------------
+#
+# The readers above take one exact scope (its key). The API reads the way search filters
+# (memory.retrieval.filters): each id the filter names must match, "*" accepts any set value,
+# an id it leaves out must be unset. ScopeMatch says that for the four id properties every
+# vertex and edge carries ("" when unset), and the SQL below tests it by agtype containment
+# (@>) on the label tables, values as parameters; only the checked graph name and fixed aliases
+# are formatted in. A read may also keep only the relations asserted by at least one memory of
+# a queryset (the caller's other filters), tested against the edge's memory_ids.
+
+ANY_VALUE = "*"
+
+_EDGE_COLUMNS: LiteralString = """
+SELECT r.id::text, r.start_id::text, r.end_id::text,
+       ag_catalog.agtype_out(r.properties)::text, ag_catalog.agtype_out(s.properties)::text,
+       ag_catalog.agtype_out(e.properties)::text
+FROM {graph}."RELATES" r
+JOIN {graph}."Entity" s ON s.id = r.start_id
+JOIN {graph}."Entity" e ON e.id = r.end_id
+"""
+_CONTAINS: LiteralString = " {alias}.properties OPERATOR(ag_catalog.@>) %s::ag_catalog.agtype"
+# The edges with a join: alone, a table's policy test stays in the scan filter before the
+# (non-leakproof) agtype @>, so the property index is never used and every edge of the project
+# is read; in a join the policy becomes a one-time filter and the GIN index finds the scope's
+# edges (5 users x 2,000 edges: the scope's 2,000 rows, not the project's 10,000).
+_GATED: LiteralString = '{graph}."RELATES" r JOIN {graph}."Entity" gate ON gate.id = r.start_id'
+_MEMORY_IDS: LiteralString = (
+    "jsonb_array_elements_text(ag_catalog.agtype_out(r.properties)::text::jsonb -> 'memory_ids')"
+)
+
+
+@dataclass(frozen=True)
+class ScopeMatch:
+    """The scopes a read covers. Per scope id: a value it must equal, ANY_VALUE (set, to
+    anything) or None (unset); an id not listed is not tested. At least one id has a value, so
+    a read never spans the whole project."""
+
+    ids: tuple[tuple[str, str | None], ...]
+
+    def __post_init__(self) -> None:
+        fields = [f for f, _ in self.ids]
+        if len(set(fields)) != len(fields) or not set(fields) <= set(SCOPE_FIELDS):
+            raise ValueError("a scope match lists each of " + ", ".join(SCOPE_FIELDS) + " once")
+        if not any(v is not None and v != ANY_VALUE for _, v in self.ids):
+            raise ValueError("a scope match needs at least one scope id with a value")
+
+    @classmethod
+    def of(cls, ids: Mapping[str, str | None]) -> ScopeMatch:
+        return cls(tuple((f, ids[f]) for f in SCOPE_FIELDS if f in ids))
+
+
+@dataclass(frozen=True)
+class EdgeFilter:
+    """Which edges a cross-scope read keeps: in `match`, valid unless include_invalid, and
+    asserted by at least one memory of `backed_by` when given."""
+
+    match: ScopeMatch
+    include_invalid: bool = False
+    backed_by: QuerySet[Memory] | None = None
+
+
+def _where_match(
+    alias: LiteralString, match: ScopeMatch, params: list[Any], extra: Mapping[str, Any]
+) -> str:
+    """SQL testing the row `alias` against the match and `extra` properties (parameters)."""
+    equal = {f: v or "" for f, v in match.ids if v != ANY_VALUE} | dict(extra)
+    params.append(json.dumps(equal, ensure_ascii=False))
+    sql = _CONTAINS.replace("{alias}", alias)
+    for f, v in match.ids:
+        if v == ANY_VALUE:
+            params.append(json.dumps({f: ""}))
+            sql += " AND NOT" + _CONTAINS.replace("{alias}", alias)
+    return sql
+
+
+def _where_edge(edges: EdgeFilter, params: list[Any]) -> str:
+    sql = _where_match("r", edges.match, params, {} if edges.include_invalid else {"valid": True})
+    if edges.backed_by is not None:
+        sub, sub_params = edges.backed_by.values("id").query.sql_with_params()
+        # Django's own SQL for the queryset, its values as parameters.
+        sql += (
+            f" AND EXISTS (SELECT 1 FROM {_MEMORY_IDS} AS backing(id) WHERE backing.id IN "  # noqa: S608
+            f"(SELECT backed.id::text FROM ({sub}) AS backed))"
+        )
+        params.extend(sub_params)
+    return sql
+
+
+def _run(graph: str, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement.replace("{graph}", _checked(graph)), params)
+        return list(cursor.fetchall())
+
+
+def _edge_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[Relation, tuple[Entity, Entity]]]:
+    found = []
+    for edge_id, start_id, end_id, props, start_props, end_props, *_ in rows:
+        source = Entity.from_row({"id": start_id, "p": json.loads(start_props)})
+        destination = Entity.from_row({"id": end_id, "p": json.loads(end_props)})
+        relation = Relation.from_row(
+            {
+                "id": edge_id,
+                "p": json.loads(props),
+                "src": source.name,
+                "dst": destination.name,
+                "src_id": start_id,
+                "dst_id": end_id,
+            }
+        )
+        found.append((relation, (source, destination)))
+    return found
+
+
+def relations_in(
+    project: ProjectId, edges: EdgeFilter, *, limit: int = 100, offset: int = 0
+) -> list[Relation]:
+    """The relations of the matched scopes, oldest first (creation order, by edge id), paged."""
+    _check_page(limit, offset)
+    params: list[Any] = []
+    # The page's edges first, then their ends: joining both ends before the LIMIT looked up
+    # two vertices per edge of the scope (10,000 edges: 50 ms a page).
+    where = _where_edge(edges, params)
+    page = f"SELECT r.* FROM {_GATED} WHERE {where} ORDER BY r.id LIMIT %s OFFSET %s"  # noqa: S608
+    statement = _EDGE_COLUMNS.replace('{graph}."RELATES" r', f"({page}) r") + "ORDER BY r.id"
+    with project_context(project):
+        graph = ensure_graph(project)
+        rows = _run(graph, statement, [*params, limit, offset])
+    return [relation for relation, _ in _edge_rows(rows)]
+
+
+def count_relations_in(project: ProjectId, edges: EdgeFilter) -> int:
+    """How many relations relations_in pages through."""
+    params: list[Any] = []
+    where = _where_edge(edges, params)
+    statement = f"SELECT count(*) FROM {_GATED} WHERE {where}"  # noqa: S608 - parameters
+    with project_context(project):
+        graph = ensure_graph(project)
+        return int(_run(graph, statement, params)[0][0])
+
+
+def _entities_in(graph: str, match: ScopeMatch, names: Sequence[str]) -> list[Entity]:
+    """The matched scopes' entities of these normalised names (one per scope and name)."""
+    if not names:
+        return []
+    params: list[Any] = []
+    statement = (
+        # Joined to itself for the same reason as _GATED: then the name index serves.
+        'SELECT n.id::text, ag_catalog.agtype_out(n.properties)::text FROM {graph}."Entity" n '
+        'JOIN {graph}."Entity" gate ON gate.id = n.id '
+        "WHERE ag_catalog.agtype_access_operator(VARIADIC ARRAY[n.properties, "
+        "'\"name\"'::ag_catalog.agtype]) = ANY(%s::text[]::ag_catalog.agtype[]) AND "
+    )
+    params.append([json.dumps(name, ensure_ascii=False) for name in names])
+    statement += _where_match("n", match, params, {}) + " ORDER BY n.id LIMIT %s"
+    params.append(MAX_LIMIT)
+    rows = _run(graph, statement, params)
+    return [Entity.from_row({"id": i, "p": json.loads(p)}) for i, p in rows]
+
+
+def traverse_in(
+    project: ProjectId,
+    edges: EdgeFilter,
+    entity_name: str,
+    *,
+    depth: int = 1,
+    limit: int = 50,
+) -> Traversal:
+    """Like traverse, over the matched scopes: from every entity named `entity_name` in them
+    (one per scope), breadth first over the edges the filter keeps, up to `depth` (1-3) hops
+    either way and `limit` relations. Nodes: the start entities first, then as reached."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_DEPTH:
+        raise ValueError(f"depth must be an integer from 1 to {MAX_DEPTH}")
+    _check_page(limit)
+    with project_context(project):
+        graph = ensure_graph(project)
+        roots = _entities_in(graph, edges.match, [_entity_name(entity_name)])
+        nodes: dict[int, Entity] = {root.id: root for root in roots}
+        found: dict[int, Relation] = {}
+        frontier = list(nodes)
+        for _ in range(depth):
+            if not frontier or len(found) >= limit:
+                break
+            reached: list[int] = []
+            params: list[Any] = [_graphids(frontier), _graphids(frontier), _graphids(found)]
+            statement = (
+                _EDGE_COLUMNS + "WHERE (r.start_id = ANY(%s::ag_catalog.graphid[]) "
+                "OR r.end_id = ANY(%s::ag_catalog.graphid[])) "
+                "AND NOT r.id = ANY(%s::ag_catalog.graphid[]) AND " + _where_edge(edges, params)
+            )
+            statement += " ORDER BY r.id LIMIT %s"
+            for relation, ends in _edge_rows(_run(graph, statement, [*params, limit - len(found)])):
+                found[relation.id] = relation
+                for end in ends:
+                    if end.id not in nodes:
+                        nodes[end.id] = end
+                        reached.append(end.id)
+            frontier = reached
+    return Traversal(nodes=list(nodes.values()), relations=list(found.values()))
+
+
+def relations_of_memories(
+    project: ProjectId, memory_ids: Sequence[uuid.UUID | str], *, limit: int = 20
+) -> list[Relation]:
+    """Valid relations asserted by any of these memories, best first: ordered by the position
+    in `memory_ids` (a ranking) of the first of them each relation names, then creation.
+
+    Found from the memories' MemoryEntity rows (their entities' vertices) along the edge ends,
+    so the edges of unrelated entities are never read. An edge is in its memory's scope (the
+    store links a memory only to its own scope's vertices), so no scope test is needed.
+    """
+    _check_page(limit)
+    ranked = [str(m) for m in memory_ids]
+    if not ranked:
+        return []
+    with project_context(project):
+        graph = ensure_graph(project)
+        links = MemoryEntity.objects.filter(project_id=project, memory_id__in=ranked)
+        vertices = sorted({v for v in links.values_list("vertex_id", flat=True) if v is not None})
+        if not vertices:
+            return []
+        statement = (
+            _EDGE_COLUMNS + ", LATERAL (SELECT min(array_position(%s::text[], backing.id)) "  # noqa: S608
+            "AS best FROM " + _MEMORY_IDS + " AS backing(id)) rank "
+            "WHERE (r.start_id = ANY(%s::ag_catalog.graphid[]) "
+            "OR r.end_id = ANY(%s::ag_catalog.graphid[])) "
+            # Not `properties @> {valid: true}`: the planner would take the property index,
+            # which finds nearly every edge, over the edge ends' (10k edges: 16 ms, not 2).
+            "AND ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, "
+            "'\"valid\"'::ag_catalog.agtype]) = 'true'::ag_catalog.agtype "
+            "AND rank.best IS NOT NULL ORDER BY rank.best, r.id LIMIT %s"
+        )
+        ids = _graphids(vertices)
+        rows = _run(graph, statement, [ranked, ids, ids, limit])
+    return [relation for relation, _ in _edge_rows(rows)]
+
+
+def relations_touching_in(
+    project: ProjectId, edges: EdgeFilter, names: Iterable[str], *, limit: int = 20
+) -> list[Relation]:
+    """Relations the filter keeps that touch an entity of one of these names (normalised) in
+    the matched scopes, oldest first."""
+    _check_page(limit)
+    wanted = sorted({normalise_name(n) for n in names} - {""})
+    with project_context(project):
+        graph = ensure_graph(project)
+        ends = _entities_in(graph, edges.match, wanted)
+        if not ends:
+            return []
+        ids = _graphids(end.id for end in ends)
+        params: list[Any] = [ids, ids]
+        statement = (
+            _EDGE_COLUMNS + "WHERE (r.start_id = ANY(%s::ag_catalog.graphid[]) "
+            "OR r.end_id = ANY(%s::ag_catalog.graphid[])) AND " + _where_edge(edges, params)
+        )
+        rows = _run(graph, statement + " ORDER BY r.id LIMIT %s", [*params, limit])
+    return [relation for relation, _ in _edge_rows(rows)]
+
+
+# -- retraction: relations follow the memories behind them -------------------------------------
+#
+# An edge holds while an active memory asserts it (its memory_ids). The memory actions call
+# these in their own transaction, so every caller gets them: deleting, superseding or
+# rewording memories retracts them (retract_memories); restoring a deleted memory reinstates
+# it (reinstate_memories).
+#
+# - Retraction: each valid edge citing a retracted memory and backed by no other active memory
+#   is invalidated (valid=false, invalidated_at, invalidated_by="retraction"; kept as history,
+#   never erased); an edge another active memory backs stays valid. A reworded memory (its text
+#   changed) also leaves the edges' memory_ids: its new text no longer asserts what the old
+#   one did, so it must not keep an edge alive later nor bring one back on a restore.
+# - Reinstatement: each edge invalidated by retraction that cites a restored memory is valid
+#   again, unless the same relation (same ends, type and scope) has a valid edge by now; then
+#   the memory joins that edge's memory_ids. Edges invalidated by a contradiction
+#   (invalidate_relations: no invalidated_by) are never re-validated, and a restore does not
+#   re-check contradictions.
+# - Cost. A memory with no MemoryEntity row has no edge (upsert_relation links the memory an
+#   edge cites to both its ends): one indexed query, and the graph is neither read nor created.
+#   Otherwise SQL over the label tables, each statement joined to the Entity table so that
+#   row-level security's test becomes a one-time filter and the indexes serve (see the
+#   package docstring): edges found by containment of the memory id in memory_ids (the
+#   relates_props GIN index), re-read and updated by id (relates_id).
+# - Concurrency. The edges are locked as upsert_relation locks one (its advisory key, taken in
+#   key order), re-read FOR UPDATE, and only then are their other memories' states read: two
+#   transactions retracting the two backers of one edge serialise, and the second sees the
+#   first's deletion; an upsert of the same relation waits for the retraction.
+# - Writes are plain SQL UPDATEs merging the changed properties (agtype ||), so the WITH
+#   CHECK policy of the graph's tables applies to them, unlike AGE's own SET.
+
+RETRACTION = "retraction"
+_CITING_CHUNK = 200  # memory ids per statement: one GIN containment test each
+
+_CITED: LiteralString = """
+SELECT engram_current_project() IS NOT DISTINCT FROM %(project)s::uuid,
+       ARRAY(SELECT DISTINCT l.memory_id::text FROM memory_memoryentity l
+             WHERE l.project_id = %(project)s::uuid AND l.memory_id = ANY(%(ids)s::uuid[])
+               AND to_regnamespace(%(graph)s) IS NOT NULL
+             ORDER BY 1)
+"""
+_CITES: LiteralString = "r.properties OPERATOR(ag_catalog.@>) %s::ag_catalog.agtype"
+_LOCK_EDGES: LiteralString = (
+    "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(%s::text[]) AS k"
+)
+_LOCKED_EDGES: LiteralString = (
+    _EDGE_COLUMNS + "WHERE r.id = ANY(%s::ag_catalog.graphid[]) AND " + _CITES + " "
+    "ORDER BY r.id FOR UPDATE OF r"
+)
+_VALID_TWINS: LiteralString = (
+    _EDGE_COLUMNS + "WHERE r.start_id = ANY(%s::ag_catalog.graphid[]) "
+    "AND r.end_id = ANY(%s::ag_catalog.graphid[]) "
+    "AND r.properties OPERATOR(ag_catalog.@>) '{\"valid\": true}'::ag_catalog.agtype "
+    "ORDER BY r.id FOR UPDATE OF r"
+)
+_PATCH_EDGES: LiteralString = """
+UPDATE {graph}."RELATES" r
+SET properties = r.properties OPERATOR(ag_catalog.||) v.patch::ag_catalog.agtype
+FROM {graph}."Entity" s, {graph}."Entity" e,
+     unnest(%s::ag_catalog.graphid[], %s::text[]) AS v(id, patch)
+WHERE s.id = r.start_id AND e.id = r.end_id AND r.id = v.id
+RETURNING r.id::text, r.start_id::text, r.end_id::text,
+          ag_catalog.agtype_out(r.properties)::text, ag_catalog.agtype_out(s.properties)::text,
+          ag_catalog.agtype_out(e.properties)::text
+"""
+
+
+def retract_memories(
+    project: ProjectId, memory_ids: Iterable[uuid.UUID | str], *, reworded: bool = False
+) -> list[Relation]:
+    """These memories no longer assert their relations (deleted or superseded; with
+    `reworded`, their text changed): invalidate the valid edges citing them that no other
+    active memory backs. Returns those edges, now invalid. See the section comment above."""
+    ids = _memory_keys(memory_ids)
+    cited = _cited(project, ids)
+    if not cited:
+        return []
+    with project_context(project):
+        graph = ensure_graph(project)
+        gone = set(ids)
+        valid = {"valid": True}
+        edges = [
+            e
+            for e in _lock_edges(graph, _edges_citing(graph, cited, valid), valid)
+            if gone.intersection(e.memory_ids)
+        ]
+        backers = _active(project, {m for e in edges for m in e.memory_ids} - gone)
+        now = _now()
+        patches: dict[int, dict[str, Any]] = {}
+        for edge in edges:
+            patch: dict[str, Any] = {}
+            if reworded:
+                patch["memory_ids"] = [m for m in edge.memory_ids if m not in gone]
+            if not backers.intersection(edge.memory_ids):
+                patch |= {"valid": False, "invalidated_at": now, "invalidated_by": RETRACTION}
+            if patch:
+                patches[edge.id] = patch
+        changed = _patch_edges(graph, patches)
+    return [r for r in changed if not r.valid]
+
+
+def reinstate_memories(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> list[Relation]:
+    """These memories are active again (a deleted memory restored): each edge invalidated by
+    retraction that one of them backs is valid again, or, when the same relation has a valid
+    edge by now, they join that edge's memory_ids. Returns the edges they now back that
+    changed (re-validated or merged into)."""
+    ids = _memory_keys(memory_ids)
+    cited = _cited(project, ids)
+    if not cited:
+        return []
+    with project_context(project):
+        graph = ensure_graph(project)
+        retracted = {"valid": False, "invalidated_by": RETRACTION}
+        back = _active(project, cited)
+        edges = [
+            e
+            for e in _lock_edges(graph, _edges_citing(graph, cited, retracted), retracted)
+            if back.intersection(e.memory_ids)
+        ]
+        if not edges:
+            return []
+        twins = _valid_twins(graph, edges)
+        backing = {twin.id: list(twin.memory_ids) for twin in twins.values()}
+        patches: dict[int, dict[str, Any]] = {}
+        for edge in edges:  # in id order: the oldest edge of a relation comes back first
+            key = _relation_key(edge)
+            twin = twins.get(key)
+            if twin is None:
+                patches[edge.id] = {"valid": True, "invalidated_at": "", "invalidated_by": ""}
+                twins[key], backing[edge.id] = edge, list(edge.memory_ids)
+                continue
+            joining = [m for m in edge.memory_ids if m in back and m not in backing[twin.id]]
+            if joining:
+                backing[twin.id] += joining
+                patches.setdefault(twin.id, {})["memory_ids"] = backing[twin.id]
+        return _patch_edges(graph, patches)
+
+
+def _memory_keys(memory_ids: Iterable[uuid.UUID | str]) -> list[str]:
+    """Memory ids as edges cite them (str of the UUID), sorted, once each."""
+    return sorted({str(uuid.UUID(str(m))) for m in memory_ids})
+
+
+def _cited(project: ProjectId, ids: Sequence[str]) -> list[str]:
+    """Those of `ids` that have graph presence (MemoryEntity rows, in a project whose graph
+    exists): only they can be cited by an edge.
+
+    The check of every delete and update, so one round trip: in the caller's transaction when
+    its tenant is the project (the memory actions'), else in a context of its own.
+    """
+    if not ids:
+        return []
+    params: dict[str, Any] = {
+        "project": str(project),
+        "ids": list(ids),
+        "graph": graph_name(project),
+    }
+    if connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute(_CITED, params)
+            row = cursor.fetchone()
+        if row is not None and row[0]:
+            return list(row[1])
+    with project_context(project), connection.cursor() as cursor:
+        cursor.execute(_CITED, params)
+        row = cursor.fetchone()
+    return [] if row is None else list(row[1])
+
+
+def _active(project: ProjectId, ids: Iterable[str]) -> set[str]:
+    """Those of `ids` that are active memories of the project (read after the edges' locks)."""
+    wanted = []
+    for value in ids:
+        try:
+            wanted.append(uuid.UUID(value))
+        except ValueError:
+            continue  # not a memory id: backs nothing
+    if not wanted:
+        return set()
+    rows = Memory.objects.filter(project_id=project, pk__in=wanted, state=Memory.State.ACTIVE)
+    return {str(pk) for pk in rows.values_list("pk", flat=True)}
+
+
+def _edges_citing(graph: str, ids: Sequence[str], state: Mapping[str, Any]) -> list[Relation]:
+    """The edges in `state` (a property map they contain) whose memory_ids cite any of `ids`."""
+    found: dict[int, Relation] = {}
+    for start in range(0, len(ids), _CITING_CHUNK):
+        chunk = ids[start : start + _CITING_CHUNK]
+        tests = " OR ".join([_CITES] * len(chunk))
+        params = [json.dumps({**state, "memory_ids": [m]}) for m in chunk]
+        rows = _run(graph, _EDGE_COLUMNS + "WHERE (" + tests + ") ORDER BY r.id", params)
+        found.update((relation.id, relation) for relation, _ in _edge_rows(rows))
+    return [found[i] for i in sorted(found)]
+
+
+def _relation_key(edge: Relation) -> tuple[int, int, str, str]:
+    return (edge.source_id, edge.destination_id, edge.relationship, Scope.of(edge.scope).key)
+
+
+def _lock_edges(graph: str, edges: Sequence[Relation], state: Mapping[str, Any]) -> list[Relation]:
+    """Lock the edges as upsert_relation locks one (the same advisory keys, in key order), then
+    re-read them FOR UPDATE: those still in `state`, as they are now."""
+    if not edges:
+        return []
+    keys = sorted(
+        {
+            json.dumps(
+                [graph, "relation", e.source, e.relationship, e.destination, _relation_key(e)[3]],
+                ensure_ascii=False,
+            )
+            for e in edges
+        }
+    )
+    _run(graph, _LOCK_EDGES, [keys])
+    rows = _run(graph, _LOCKED_EDGES, [_graphids(e.id for e in edges), json.dumps(state)])
+    return [relation for relation, _ in _edge_rows(rows)]
+
+
+def _valid_twins(
+    graph: str, edges: Sequence[Relation]
+) -> dict[tuple[int, int, str, str], Relation]:
+    """The valid edges of the same relations as `edges` (same ends, type and scope), locked."""
+    starts = _graphids({e.source_id for e in edges})
+    ends = _graphids({e.destination_id for e in edges})
+    wanted = {_relation_key(e) for e in edges}
+    twins: dict[tuple[int, int, str, str], Relation] = {}
+    for relation, _ in _edge_rows(_run(graph, _VALID_TWINS, [starts, ends])):
+        if _relation_key(relation) in wanted:
+            twins.setdefault(_relation_key(relation), relation)
+    return twins
+
+
+def _patch_edges(graph: str, patches: Mapping[int, Mapping[str, Any]]) -> list[Relation]:
+    """Merge each patch into its edge's properties; the edges as they now are, by id."""
+    if not patches:
+        return []
+    ids = sorted(patches)
+    texts = [json.dumps(patches[i], ensure_ascii=False) for i in ids]
+    rows = _run(graph, _PATCH_EDGES, [_graphids(ids), texts])
+    return sorted((relation for relation, _ in _edge_rows(rows)), key=lambda r: r.id)

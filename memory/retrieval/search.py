@@ -1,15 +1,22 @@
 """Hybrid search: semantic and keyword candidates gathered and scored in one SQL statement.
 
-The statement has two candidate subqueries over the caller's (already scoped and filtered)
-queryset, so both see the same project, scope and filters, and row-level security applies:
+The statement has up to three candidate subqueries over the caller's (already scoped and
+filtered) queryset, so all see the same project, scope and filters, and row-level security
+applies:
 
 - semantic: ORDER BY embedding <=> query LIMIT n. On a small scope the planner walks the scope's
   btree index and sorts exactly; on a large one it uses the HNSW index with
   hnsw.iterative_scan (set per connection in settings) so a filter cannot starve the results;
 - keyword: the query's words OR-ed (websearch_to_tsquery, & turned into |) against the
-  weighted tsvector, ranked by ts_rank.
+  weighted tsvector, ranked by ts_rank;
+- entity (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the memories linked (MemoryEntity) to a name
+  the query may mean, closest in meaning first. The names are what the local recogniser finds in
+  the query (memory.graph.recognise.query_names) and every run of up to three of its words: the
+  database matches them against the scope's own entity names (normalised) by the index, so an
+  entity known in lower case ("python") counts as much as a capitalised name.
 
-The outer query computes both signals for every candidate; scoring.fuse() combines them.
+The outer query computes every signal for every candidate (for the entity signal, the query's
+names each candidate is linked to); scoring.fuse() combines them.
 """
 
 from __future__ import annotations
@@ -19,17 +26,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import BooleanField
-from django.db.models.expressions import RawSQL
+from django.db.models.expressions import Col, RawSQL
+from django.db.models.lookups import Exact
+from django.db.models.sql.where import AND, WhereNode
 
-from memory.models import TEXT_SEARCH_CONFIG, Memory, MemoryQuerySet
+from memory.graph.recognise import query_names
+from memory.models import SCOPE_FIELDS, TEXT_SEARCH_CONFIG, Memory, MemoryEntity, MemoryQuerySet
 from memory.retrieval.embeddings import embed_one
 from memory.retrieval.scoring import Score, Signals, fuse
 
 SEMANTIC_CANDIDATES = 50
 KEYWORD_CANDIDATES = 50
+ENTITY_CANDIDATES = 50
 # ts_rank weights for {D, C, B, A}: a memory's own words (A) count most, then the previous
 # message's (B), then the next one's (C).
 RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
@@ -75,40 +87,60 @@ def hybrid_search(
     """
     vector = embedding if embedding is not None else embed_one(query)
     vector_literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+    weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
+    names = query_names(query) if weight > 0 else []
     try:
-        semantic_sql, semantic_params, keyword_sql, keyword_params = _candidate_queries(
-            queryset, query, vector_literal, exact=exact, top_k=top_k
+        candidates, candidate_params = _candidate_queries(
+            queryset, query, vector_literal, exact=exact, top_k=top_k, names=names
         )
     except EmptyResultSet:
         return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
-    # The subqueries are Django's compiled SQL; every value is a parameter.
+    # The subqueries are Django's compiled SQL; every value is a parameter. The entity column
+    # is probed on the unique (memory, entity_name) index, once per candidate.
+    entity = (
+        "ARRAY(SELECT e.entity_name FROM memory_memoryentity e "
+        "WHERE e.memory_id = memory_memory.id AND e.entity_name = ANY(%s::text[]))"
+        if names
+        else "'{}'::text[]"
+    )
     sql = (
         f"SELECT {COLUMNS}, 1 - (embedding <=> %s::vector) AS semantic, "  # noqa: S608
-        f"ts_rank(%s::real[], search_vector, {OR_QUERY}) AS keyword "
-        "FROM memory_memory WHERE id IN ("
-        f"({semantic_sql}) UNION ({keyword_sql}))"
+        f"ts_rank(%s::real[], search_vector, {OR_QUERY}) AS keyword, "
+        f"{entity} AS entity "
+        "FROM memory_memory WHERE id IN (" + " UNION ".join(f"({c})" for c in candidates) + ")"
     )
-    params = (vector_literal, RANK_WEIGHTS, query, *semantic_params, *keyword_params)
+    params = (
+        vector_literal, RANK_WEIGHTS, query, *([names] if names else []), *candidate_params
+    )  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     # Fusion needs every candidate's signals; model instances are built for the winners only.
-    scores = fuse([Signals(row[-2], row[-1], row[EVENT_COLUMN]) for row in rows])
+    scores = fuse(
+        [Signals(row[-3], row[-2], row[EVENT_COLUMN], tuple(row[-1])) for row in rows],
+        entity_weight=weight,
+    )
     # As in Mem0, the threshold is on semantic similarity, so it drops what is unrelated in
-    # meaning; a memory that shares a query word is kept all the same (names, rare terms).
+    # meaning; a memory that shares a query word or a named entity is kept all the same.
     relevant = [
         (row, score)
         for row, score in zip(rows, scores, strict=True)
-        if score.semantic >= threshold or row[-1] > 0
+        if score.semantic >= threshold or row[-2] > 0 or row[-1]
     ]
     relevant.sort(key=lambda pair: pair[1].score, reverse=True)
     return [ScoredMemory(_memory(row), score) for row, score in relevant[:top_k]]
 
 
 def _candidate_queries(
-    queryset: MemoryQuerySet, query: str, vector_literal: str, *, exact: bool, top_k: int
-) -> tuple[str, tuple[Any, ...], str, tuple[Any, ...]]:
-    """The semantic and keyword candidate subqueries, compiled (SQL and parameters)."""
+    queryset: MemoryQuerySet,
+    query: str,
+    vector_literal: str,
+    *,
+    exact: bool,
+    top_k: int,
+    names: list[str],
+) -> tuple[list[str], tuple[Any, ...]]:
+    """The candidate subqueries, compiled: their SQL and, in the same order, their parameters."""
     limit = max(top_k, SEMANTIC_CANDIDATES)
     # "+ 0" hides the operator from the HNSW index, leaving the scope's btree index and a sort.
     distance = "(embedding <=> %s::vector) + 0" if exact else "embedding <=> %s::vector"
@@ -128,7 +160,49 @@ def _candidate_queries(
         .values("id")[: max(top_k, KEYWORD_CANDIDATES)]
         .query.sql_with_params()
     )
-    return semantic_sql, semantic_params, keyword_sql, keyword_params
+    if not names:
+        return [semantic_sql, keyword_sql], (*semantic_params, *keyword_params)
+    # The scope's memories linked to one of the names, closest first; exact distance, since
+    # the linked rows are few and HNSW would have to filter its walk down to them.
+    # The scope ids the queryset pins are repeated on the links (they carry their memory's), so
+    # the (project, entity_name, user_id) index finds this scope's links only.
+    pinned = _pinned_scope(queryset)
+    linked = MemoryEntity.objects.filter(entity_name__in=names, **pinned).values("memory_id")
+    entity_sql, entity_params = (
+        queryset.filter(id__in=linked)
+        .annotate(distance=RawSQL("(embedding <=> %s::vector) + 0", [vector_literal]))
+        .order_by("distance")
+        .values("id")[: max(top_k, ENTITY_CANDIDATES)]
+        .query.sql_with_params()
+    )
+    return (
+        [semantic_sql, keyword_sql, entity_sql],
+        (*semantic_params, *keyword_params, *entity_params),
+    )
+
+
+def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, str]:
+    """The scope ids the queryset requires to equal a value (`user_id = 'alice'` ANDed at the
+    top of its filter), for narrowing the entity links; {} when none is pinned."""
+    pinned: dict[str, str] = {}
+
+    def walk(node: WhereNode) -> None:
+        if node.connector != AND or node.negated:
+            return
+        for child in node.children:
+            if isinstance(child, WhereNode):
+                walk(child)
+            elif (
+                isinstance(child, Exact)
+                and isinstance(child.lhs, Col)
+                and child.lhs.target.model is Memory
+                and child.lhs.target.name in SCOPE_FIELDS
+                and isinstance(child.rhs, str)
+            ):
+                pinned[child.lhs.target.name] = child.rhs
+
+    walk(queryset.query.where)
+    return pinned
 
 
 def _memory(row: tuple[Any, ...]) -> Memory:

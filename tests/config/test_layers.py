@@ -85,3 +85,17 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     assert rules_for("memory.retrieval.search") == (
         "memory.actions", "memory.queries", "memory.api", "memory.extraction",
     )  # fmt: skip
+
+
+def test_retrieval_uses_only_the_graphs_recogniser() -> None:
+    """Search's entity signal reads MemoryEntity itself; of the graph package it uses only the
+    pure recogniser (memory.graph.recognise), never the AGE store."""
+    found = set()
+    for path in (ROOT / "memory" / "retrieval").rglob("*.py"):
+        found |= {
+            imported
+            for imported in top_level_imports(path)
+            if imported == "memory.graph" or imported.startswith("memory.graph.")
+        }
+    assert found, "retrieval no longer uses the recogniser: update this test"
+    assert all(i.startswith("memory.graph.recognise") for i in found), found

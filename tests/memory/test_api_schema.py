@@ -31,7 +31,7 @@ from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[impor
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from memory import actions
+from memory import actions, graph
 from memory.api import responses as r
 from memory.api.events import event_data
 from memory.api.memories import history_data
@@ -47,6 +47,8 @@ from tests.factory import add_texts, auth
 BASE = "urn:engram:openapi"
 MISSING = uuid.UUID("00000000-0000-4000-8000-000000000000")
 ALICE = {"filters": {"user_id": "alice"}}
+GRAPH = {"enable_graph": True}
+TRAVERSE = {"entity": "alice", **ALICE}
 NEW_FACT = {"messages": "I drink oolong", "user_id": "alice", "infer": False}
 OTHER_FACT = {"messages": "I drink sencha", "user_id": "alice", "infer": False}
 
@@ -171,6 +173,11 @@ class ApiSchemaTestCase(BaseTestCase):
             export = actions.do_create_export(
                 project, schema={}, filters=ALICE["filters"], result=[memory_data(tea)]
             )
+        # The graph: a relation asserted by the tea memory, another contradicted.
+        alice = graph.Scope(user_id="alice")
+        graph.upsert_relation(project.pk, "alice", "loves", "green tea", alice, memory_id=tea.id)
+        graph.upsert_relation(project.pk, "alice", "rides", "bike", alice, memory_id=bike.id)
+        graph.invalidate_relations(project.pk, alice, source="alice", destination="bike")
         cls.ids = {"tea": tea.id, "cat": cat.id, "bike": bike.id, "chess": chess.id}
         cls.ids |= {"done": done.id, "pending": pending.id, "export": export.id}
 
@@ -207,6 +214,9 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(400, "post", "/v2/memories/search/", ALICE),
             Sample(503, "post", "/v2/memories/search/", {"query": "tea"}, fault="embedder down"),
             Sample(200, "post", "/v1/memories/search/", {"query": "tea", "user_id": "alice"}),
+            Sample(200, "post", "/v3/memories/search/", {"query": "tea", **ALICE, **GRAPH}),
+            Sample(200, "post", "/v2/memories/search/", {"query": "tea", **ALICE, **GRAPH}),
+            Sample(200, "post", "/v1/memories/search/", {"query": "tea", **ALICE, **GRAPH}),
             Sample(400, "post", "/v1/memories/search/", {"query": "tea", "top_k": 0}),
             Sample(503, "post", "/v1/memories/search/", {"query": "tea"}, fault="embedder down"),
             Sample(200, "post", "/v3/memories/?page=1&page_size=1", ALICE),
@@ -267,6 +277,15 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(200, "post", "/v1/exports/get/", {"memory_export_id": i["export"]}),
             Sample(400, "post", "/v1/exports/get/", {"memory_export_id": "export"}),
             Sample(404, "post", "/v1/exports/get/", {"memory_export_id": str(MISSING)}),
+            Sample(
+                200, "post", "/v1/graph/traverse/", {"entity": "green tea", "depth": 2, **ALICE}
+            ),
+            Sample(200, "post", "/v1/graph/traverse/", {**TRAVERSE, "include_invalid": True}),
+            Sample(400, "post", "/v1/graph/traverse/", {"entity": "alice"}),
+            Sample(200, "get", "/v1/graph/?user_id=alice&include_invalid=true"),
+            Sample(200, "get", "/v1/graph/?user_id=alice&page_size=1"),
+            Sample(400, "get", "/v1/graph/?agent_id=*"),
+            Sample(404, "get", "/v1/graph/?user_id=alice&page=99"),
         ]
         return table + list(self.every_operation())
 

@@ -3,10 +3,10 @@
 A distinctive string is planted for one user in every store, through the API where there is
 one (memories with infer=false and true, history by an update and a delete, feedback, an
 export, access-log rows naming the user in the scope and in the path) and directly where
-there is none (a scope summary). The same text is planted for another user of the same
-project and for the same user id in another project. After `purge_user`, a scan of every
-table of the database, as the owner role in every tenant context, finds the string only in
-the other copies, unchanged.
+there is none (a scope summary; the user's entities and a relation in the project's graph).
+The same text is planted for another user of the same project and for the same user id in
+another project. After `purge_user`, a scan of every table of the database, as the owner role
+in every tenant context, finds the string only in the other copies, unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
 from audit.models import AccessLog, PurgeRecord
+from memory import graph
 from memory.actions import do_erase_user, erasure_subject_hash
 from memory.models import (
     Feedback,
@@ -46,8 +47,8 @@ SUBJECT = MARK  # the user to erase: the string is its id, and in its texts
 OTHER = "okapi-2c9d"  # another user of the same project, with the same texts
 TEXT = f"Keeps the {MARK} notebook in the blue drawer"
 STORES = {
-    "memories", "feedback", "entity_links", "history", "summaries", "events", "queue_messages",
-    "exports", "access_log",
+    "memories", "feedback", "entity_links", "graph_entities", "graph_relations", "history",
+    "summaries", "events", "queue_messages", "exports", "access_log",
 }  # fmt: skip
 
 Row = tuple[str, str, str]  # (table, tenant the row was seen in or "-", the row as text)
@@ -106,6 +107,11 @@ def plant(client: Any, world: World, key: NewApiKey, user: str) -> None:
             project_id=key.key.project_id, memory_id=memory_id, entity_name=f"{MARK} notebook",
             user_id=user,
         )  # fmt: skip
+    # The graph: the user's entities and a relation the first memory asserts.
+    graph.upsert_relation(
+        key.key.project_id, user, "keeps", f"the {MARK} notebook", graph.Scope(user_id=user),
+        memory_id=memory_id,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -184,10 +190,13 @@ def subjects(world: World) -> dict[str, int]:
                 "SELECT count(*) FROM dramatiq.queue WHERE message->'args'->>0 = ANY(%s)", [events]
             )
             queued = cursor.fetchone()[0]
+        entities, relations = graph_rows(world.project)
         return {
             "memories": len(memories),
             "feedback": Feedback.objects.filter(memory_id__in=memories).count(),
             "entity_links": MemoryEntity.objects.filter(user_id=SUBJECT).count(),
+            "graph_entities": entities,
+            "graph_relations": relations,
             "history": MemoryHistory.objects.filter(user_id=SUBJECT).count(),
             "summaries": ScopeSummary.objects.filter(user_id=SUBJECT).count(),
             "events": len(events),
@@ -195,6 +204,24 @@ def subjects(world: World) -> dict[str, int]:
             "exports": MemoryExport.objects.filter(filters__user_id=SUBJECT).count(),
             "access_log": len(logs),
         }
+
+
+def graph_rows(project: uuid.UUID) -> tuple[int, int]:
+    """The subject's vertices, and the edges of the subject or touching them, in the project's
+    graph, read as the application role (by jsonb, not as the erasure finds them)."""
+    name = graph.graph_name(project)
+    mine = "ag_catalog.agtype_out({}.properties)::text::jsonb ->> 'user_id' = %(user)s"
+    vertices = f"SELECT v.id::text FROM {name}._ag_label_vertex v WHERE " + mine.format("v")  # noqa: S608
+    edges = (
+        f"SELECT count(*) FROM {name}._ag_label_edge r WHERE {mine.format('r')} "  # noqa: S608
+        f"OR r.start_id::text IN ({vertices}) OR r.end_id::text IN ({vertices})"
+    )
+    with project_context(project), connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM ({vertices}) v", {"user": SUBJECT})  # noqa: S608
+        entities = int(cursor.fetchone()[0])
+        cursor.execute(edges, {"user": SUBJECT})
+        relations = int(cursor.fetchone()[0])
+    return entities, relations
 
 
 def purge(world: World, *extra: str) -> str:
@@ -217,6 +244,7 @@ def test_it_erases_the_user_from_every_table_and_keeps_the_other_copies(world: W
     assert planted >= {
         "memory_memory", "memory_memoryhistory", "memory_feedback", "memory_memoryevent",
         "memory_scopesummary", "memory_memoryexport", "audit_accesslog", "memory_memoryentity",
+        "Entity", "RELATES",
     }, planted  # fmt: skip
     expected = subjects(world)
     assert set(expected) == STORES

@@ -1,11 +1,12 @@
 """Erase one end user of one project from every store, for good (GDPR right to erasure).
 
 A thin wrapper around memory.actions.do_erase_user, which calls the database function
-`engram_erase_user` (audit migration 0008) in one transaction: the user's memories, feedback,
-entity links, history, scope summaries, add requests and their queue messages, and the
-exports holding any of them are deleted; in the access log the id is replaced by a salted
-hash; a purge record (counts and that hash, no personal data, actor `command:purge_user`) is
-written with it. The project's AGE graph is not erased yet (issue #10).
+`engram_erase_user` (audit migrations 0008, 0010) in one transaction: the user's memories,
+feedback, entity links, history, graph vertices (graph_entities) and edges (graph_relations,
+with every edge touching those vertices), scope summaries, add requests and their queue
+messages, and the exports holding any of them are deleted; in the access log the id is
+replaced by a salted hash; a purge record (counts and that hash, no personal data, actor
+`command:purge_user`) is written with it. It prints the rows per store.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from tenants.models import Project
 class Command(BaseCommand):
     help = (
         "Erase USER (a user_id) of ORG/PROJECT from every store, for good: memories (with "
-        "embeddings and keyword documents), feedback, entity links, history, scope summaries, "
-        "add requests and their queue messages, exports holding any of them; the id is "
-        "replaced by a salted hash in the access log. Writes a purge record (counts, no "
-        "personal data). Idempotent. --dry-run counts and changes nothing."
+        "embeddings and keyword documents), feedback, entity links, the user's entities and "
+        "relations in the project's graph (graph_entities, graph_relations: with every edge "
+        "touching those entities), history, scope summaries, add requests and their queue "
+        "messages, exports holding any of them; the id is replaced by a salted hash in the "
+        "access log. Prints the rows per store and writes a purge record (counts, no personal "
+        "data). Idempotent. --dry-run counts and changes nothing."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

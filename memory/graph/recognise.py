@@ -1,0 +1,264 @@
+"""A cheap local entity recogniser: which entities a text names. Pure functions, no database.
+
+It runs on every stored memory (memory.graph.link_mentions, in the worker) and on every search
+query (memory.retrieval.search), so it must be deterministic, cheap (tens of microseconds for a
+chat turn) and never fetch anything: no model, only regular expressions and word lists. It finds
+
+- proper-noun phrases: runs of capitalised words ("New York", "Bank of America"), less the
+  capitalised common words that start a sentence ("Yesterday", "The", "Thanks") and the calendar
+  words every dated text carries (months, weekdays);
+- acronyms ("NASA", "LGBTQ");
+- quoted titles ("Charlotte's Web" in double or curly quotes);
+- every `known` entity name (the scope's entities, by normalised name) that occurs in the text
+  as whole words, whatever the case: so "python", once an entity, is found in lower case too.
+
+Self-references are the caller's to map (self_entity, mentions_self): the entity a user's "I"
+and "my" stand for is named by the scope's user_id (the convention extraction also follows).
+What it does not do: resolve pronouns other than the first person, tell a person from a place
+reliably (the type is a guess from a few suffixes, often ""), or find lower-case names it has not
+been told about.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+MAX_TEXT = 20_000  # characters looked at; the rest of a longer text is ignored
+MAX_ENTITIES = 32  # per text
+MAX_RUN = 6  # words in one proper-noun phrase
+MAX_KNOWN_WORDS = 6  # words in a known name that can be matched
+MAX_NAME = 200  # characters of a name
+
+_SPACES = re.compile(r"\s+")
+# A word: letters (any script), then letters, digits, apostrophes, hyphens, ampersands.
+_WORD = re.compile(r"[^\W\d_][\w'\u2019&-]*")
+# Between two words of one phrase only spaces may stand (a comma or a full stop ends it).
+_JOIN = re.compile(r"[ \t]+")
+# What ends a sentence (or starts a new utterance, like "[date] Name: text").
+_SENTENCE_BREAK = re.compile(r"[.!?:;\[\](){}\"“”\n]")
+_TITLE = re.compile(r"[\"“]([^\"“”\n]{2,80}?)[\"”]")
+_ACRONYM = re.compile(r"[A-Z][A-Z0-9&+]*[A-Z0-9+]")
+# Words for matching known names: a run of word characters and the symbols names keep.
+_KNOWN_TOKEN = re.compile(r"\w(?:[\w+#&.'\u2019-]*[\w+#])?")
+_SELF = re.compile(
+    r"\b(?:i|me|my|mine|myself|i'm|i\u2019m|i've|i\u2019ve|i'd|i\u2019d|i'll|i\u2019ll)\b", re.I
+)
+
+
+# Capitalised words that are not names: sentence starters, pronouns, greetings, calendar words.
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STOP_WORDS = _words(
+    """
+    a about above after again against all almost also although always am among an and another
+    any anyway are aren't around as at be because been before being below besides between both
+    but by can cannot could couldn't did didn't do does doesn't doing don't done down during
+    each either else even ever every few for from further get gets getting got had hadn't has
+    hasn't have haven't having he he'd he'll he's her here here's hers herself him himself his
+    how how's however i i'd i'll i'm i've if in into is isn't it it's its itself just let let's
+    like many may maybe me might mine more most much must my myself neither never no nor not now
+    of off often on once one only or other others otherwise our ours ourselves out over own
+    perhaps please quite rather really same she she'd she'll she's should shouldn't since so
+    some such than that that's the their theirs them themselves then there there's these they
+    they'd they'll they're they've this those though through thus to too under until up upon us
+    very was wasn't we we'd we'll we're we've were weren't what what's whatever when when's
+    where where's whether which while who who's whom whose why why's will with within without
+    won't would wouldn't yet you you'd you'll you're you've your yours yourself yourselves
+    absolutely actually agreed alright amazing anyway anyways awesome aw aww bye cheers congrats
+    congratulations cool dear definitely exactly fantastic fine glad good goodbye great haha hello
+    hey hi hmm honestly indeed lol nice oh ok okay oops sorry sure thank thanks totally true
+    um well wow yay yeah yes yep yup
+    also anyway back besides finally first last lately later next recently second soon still
+    today tomorrow tonight yesterday
+    user assistant mr mrs ms dr prof sir
+    went go going got made make took take saw see said say told tell felt feel thought think
+    tried try started start love loved hope guess wish need want mean know knew sounds seems
+    looks looking keep kept check remember imagine
+    january february march april june july august september october november december
+    monday tuesday wednesday thursday friday saturday sunday
+    mon tue tues wed thu thurs fri sat sun jan feb mar apr jun jul aug sep sept oct nov dec
+    am pm
+    """
+)
+# Lower-case words allowed inside a proper-noun phrase: "Bank of America", "Leonardo da Vinci".
+_CONNECTORS = frozenset({"of", "de", "da", "del", "della", "di", "du", "la", "le", "van", "von"})
+_ORGANIZATION = _words(
+    """inc corp corporation company co ltd llc gmbh university college school academy institute
+    bank club church foundation association society team group labs agency"""
+)
+_LOCATION = _words(
+    """city town street st avenue road park lake river mountain mount beach island islands
+    county state country valley bay canyon forest"""
+)
+_POSSESSIVE = re.compile(r"['\u2019]s$|['\u2019]$", re.I)
+
+
+def normalise(name: str) -> str:
+    """The identity of a name: what memory.graph.normalise_name computes (kept equal by a test)."""
+    return _SPACES.sub(" ", name).strip().lower()
+
+
+def self_entity(scope: Mapping[str, str | None]) -> str | None:
+    """The entity a scope's first person ("I", "me", "my") stands for: its user, else its agent."""
+    return scope.get("user_id") or scope.get("agent_id") or None
+
+
+def mentions_self(text: str) -> bool:
+    """Whether the text speaks in the first person singular."""
+    return _SELF.search(text[:MAX_TEXT]) is not None
+
+
+def known_names(names: Iterable[str]) -> dict[str, str]:
+    """`names` prepared for recognise(): normalised name -> the name as given. Pass the result
+    when recognising many texts against the same names (the worker does)."""
+    prepared: dict[str, str] = {}
+    for name in names:
+        key = normalise(name)
+        if key and key.count(" ") < MAX_KNOWN_WORDS:
+            prepared.setdefault(key, name)
+    return prepared
+
+
+def recognise(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The entities `text` names, as (display name, type) pairs in order of first appearance.
+
+    At most MAX_ENTITIES, each name at most MAX_NAME characters, distinct by normalised name.
+    The type is a guess ("organization", "location", "work", "acronym") or "". `known` may be
+    a mapping made by known_names().
+    """
+    text = text[:MAX_TEXT]
+    found: dict[str, tuple[int, str, str]] = {}
+
+    def add(position: int, name: str, kind: str) -> None:
+        name = name.strip()[:MAX_NAME].strip()
+        key = normalise(name)
+        if key and key not in STOP_WORDS and (key not in found or position < found[key][0]):
+            found[key] = (position, name, kind)
+
+    titles: list[tuple[int, int]] = []
+    for match in _TITLE.finditer(text):
+        title = match.group(1).strip()
+        if title[:1].isupper() and len(title.split()) <= 8:
+            add(match.start(1), title, "work")
+            titles.append(match.span(1))
+    for start, words in _phrases(text):
+        if not any(a <= start < b for a, b in titles):  # a title's words are not names of their own
+            add(start, " ".join(words), _guess_type(words))
+    for start, name in _known_in(text, known):
+        add(start, name, "")
+    ordered = sorted(found.values())[:MAX_ENTITIES]
+    return [(name, kind) for _, name, kind in ordered]
+
+
+def query_names(text: str, known_words: int = 3) -> list[str]:
+    """Normalised names a search query may mean: what recognise() finds, and every run of up to
+    `known_words` words that is not a stop word, so the database can match the scope's own
+    (possibly lower-case) entity names against them. At most 4 * MAX_ENTITIES."""
+    names = [normalise(name) for name, _ in recognise(text)]
+    words = [_POSSESSIVE.sub("", w) for w in _KNOWN_TOKEN.findall(text[:MAX_TEXT].lower())]
+    for size in range(1, known_words + 1):
+        for i in range(len(words) - size + 1):
+            gram = words[i : i + size]
+            first, last = gram[0], gram[-1]
+            if first in STOP_WORDS or last in STOP_WORDS or len(first) < 2 or first.isdigit():
+                continue
+            names.append(" ".join(gram))
+    return list(dict.fromkeys(n[:MAX_NAME] for n in names if n))[: 4 * MAX_ENTITIES]
+
+
+def _phrases(text: str) -> Iterable[tuple[int, list[str]]]:
+    """Runs of capitalised words (and acronyms). A capitalised common word starting a sentence
+    is left out; so is any other single capitalised word starting a sentence ("Painting is
+    fun"), unless it labels an utterance ("Melanie: ...") or is an acronym: a name there is
+    found where it is mentioned mid-sentence, and from then on as a known name."""
+    run: list[str] = []
+    run_start = 0
+    run_initial = False  # the run starts a sentence
+    previous_end = -1  # no word yet: the first one starts a sentence
+
+    def finish() -> Iterable[tuple[int, list[str]]]:
+        if run_initial and len(run) == 1 and not _ACRONYM.fullmatch(run[0]):
+            after = text[run_start + len(run[0]) : run_start + len(run[0]) + 3].lstrip()
+            if not after.startswith(":"):
+                return ()
+        return _finish(run_start, run)
+
+    for match in _WORD.finditer(text):
+        gap = text[max(previous_end, 0) : match.start()]
+        initial = previous_end < 0 or _SENTENCE_BREAK.search(gap) is not None
+        previous_end = match.end()
+        if run and (initial or _JOIN.fullmatch(gap) is None):
+            yield from finish()
+            run = []
+        raw = match.group()
+        word = _POSSESSIVE.sub("", raw)
+        if word[:1].isupper() and not (initial and _common(word)):
+            if not run:
+                run_start, run_initial = match.start(), initial
+            run.append(word)
+        elif run and word in _CONNECTORS:
+            run.append(word)
+        elif run:
+            yield from finish()
+            run = []
+        if run and raw != word:  # a possessive ends the phrase: "Melanie's kids" names Melanie
+            yield from finish()
+            run = []
+    if run:
+        yield from finish()
+
+
+def _finish(start: int, run: list[str]) -> Iterable[tuple[int, list[str]]]:
+    while run and (run[-1] in _CONNECTORS or run[-1].lower() in STOP_WORDS):
+        run = run[:-1]
+    while run and run[0].lower() in STOP_WORDS and not _ACRONYM.fullmatch(run[0]):
+        run = run[1:]
+    if not run:
+        return
+    for i in range(0, len(run), MAX_RUN):
+        yield start, run[i : i + MAX_RUN]
+
+
+def _common(word: str) -> bool:
+    """A capitalised word that starts a sentence and is probably not a name."""
+    lower = word.lower()
+    if _ACRONYM.fullmatch(word) and len(word) > 1:
+        return False
+    return (
+        lower in STOP_WORDS
+        or lower.split("'")[0].split("\u2019")[0] in STOP_WORDS
+        or (len(lower) > 4 and lower.endswith(("ing", "ly", "ed")))
+    )
+
+
+def _guess_type(words: list[str]) -> str:
+    last = words[-1].lower()
+    if len(words) == 1 and _ACRONYM.fullmatch(words[0]):
+        return "acronym"
+    if last in _ORGANIZATION:
+        return "organization"
+    if last in _LOCATION or (len(words) > 1 and words[0].lower() in _LOCATION):
+        return "location"
+    return ""
+
+
+def _known_in(text: str, known: Iterable[str]) -> Iterable[tuple[int, str]]:
+    """Known names occurring as whole words, case-insensitively: n-grams of the text's words
+    looked up in a set, so the cost follows the text, not the number of known names."""
+    names = known if isinstance(known, dict) else known_names(known)
+    if not names:
+        return
+    longest = max(key.count(" ") + 1 for key in names)
+    tokens = list(_KNOWN_TOKEN.finditer(text.lower()))
+    for i, token in enumerate(tokens):
+        for size in range(1, min(longest, len(tokens) - i) + 1):
+            words = [t.group() for t in tokens[i : i + size]]
+            for variant in {
+                " ".join(words),
+                " ".join([*words[:-1], _POSSESSIVE.sub("", words[-1])]),
+            }:
+                if variant in names:
+                    yield token.start(), names[variant]

@@ -1,0 +1,244 @@
+"""Entity linking of every stored memory (the worker's link_entities) and search's entity signal."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from typing import Any
+from unittest import mock
+
+import dramatiq
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from memory import graph
+from memory.extraction.tasks import link_entities
+from memory.graph import Scope
+from memory.models import Memory, MemoryEntity
+from memory.retrieval.scoring import Signals, entity_strengths, fuse
+from tenants.db import project_context
+from tests.base import BaseTestCase
+from tests.factory import add_texts, auth, make_key
+from tests.memory.test_events import start_worker, stop, wait_for
+
+ALICE = Scope(user_id="alice")
+
+
+def links(project_id: uuid.UUID, memory_id: Any = None) -> set[str]:
+    with project_context(project_id):
+        rows = MemoryEntity.objects.all()
+        if memory_id is not None:
+            rows = rows.filter(memory_id=memory_id)
+        return set(rows.values_list("entity_name", flat=True))
+
+
+class LinkingTestCase(BaseTestCase):
+    def setUp(self) -> None:
+        self.project_id = self.alice.key.project_id
+
+    def test_it_links_names_titles_acronyms_and_the_self_entity(self) -> None:
+        (memory,) = add_texts(
+            self.alice.key.project,
+            ['I met Caroline at the Louvre in Paris; we talked about NASA and "Dune".'],
+            user_id="alice",
+        )
+        made = graph.link_mentions(self.project_id, [memory.pk])
+        expected = {"caroline", "louvre", "paris", "nasa", "dune", "alice"}
+        assert links(self.project_id, memory.pk) == expected
+        assert made == len(expected)
+        entity = graph.find_entity(self.project_id, ALICE, "Caroline")
+        assert entity is not None and (entity.display_name, entity.mentions) == ("Caroline", 1)
+
+    def test_a_rerun_links_nothing_twice(self) -> None:
+        memories = add_texts(
+            self.alice.key.project, ["Jon moved to Berlin", "Berlin is cold"], user_id="alice"
+        )
+        ids = [str(m.pk) for m in memories]
+        link_entities(str(self.project_id), ids)
+        with project_context(self.project_id):
+            before = sorted(MemoryEntity.objects.values_list("memory_id", "entity_name"))
+        assert graph.link_mentions(self.project_id, ids) == 0
+        link_entities(str(self.project_id), ids)
+        with project_context(self.project_id):
+            after = sorted(MemoryEntity.objects.values_list("memory_id", "entity_name"))
+        assert after == before
+        # "Berlin" starts the second text: found there as a known name of the scope.
+        assert links(self.project_id, memories[1].pk) == {"berlin"}
+        berlin = graph.find_entity(self.project_id, ALICE, "berlin")
+        assert berlin is not None and berlin.mentions == 2
+
+    def test_only_active_memories_of_the_project_are_linked(self) -> None:
+        (mine,) = add_texts(self.alice.key.project, ["Jon likes Oslo"], user_id="alice")
+        (theirs,) = add_texts(self.charlie.key.project, ["Jon likes Oslo"], user_id="alice")
+        with project_context(self.project_id):
+            Memory.objects.filter(pk=mine.pk).update(state=Memory.State.DELETED)
+        # Alice's job naming Charlie's memory, and her own deleted one: nothing to link.
+        assert graph.link_mentions(self.project_id, [mine.pk, theirs.pk]) == 0
+        assert links(self.project_id) == set() and links(self.charlie.key.project_id) == set()
+
+    def test_a_message_that_cannot_work_ends_without_linking(self) -> None:
+        (memory,) = add_texts(self.alice.key.project, ["Jon likes Oslo"], user_id="alice")
+        for args in (("not-a-uuid", [str(memory.pk)]), (str(self.project_id), ["nope", 3])):
+            assert link_entities(*args) is None
+        assert link_entities(str(self.project_id), None) is None  # type: ignore[arg-type]
+        assert links(self.project_id) == set()
+        assert link_entities.options["max_retries"] == 2
+
+    def test_adds_and_text_updates_schedule_linking_after_commit(self) -> None:
+        with (
+            mock.patch.object(link_entities, "send") as send,
+            self.captureOnCommitCallbacks(execute=True),
+        ):
+            body = {"messages": "Jon likes Oslo", "user_id": "alice", "infer": False}
+            memory_id = self.call("post", "/v3/memories/add/", body).json()["results"][0]["id"]
+        send.assert_called_once_with(str(self.project_id), [memory_id])
+        with (
+            mock.patch.object(link_entities, "send") as send,
+            self.captureOnCommitCallbacks(execute=True),
+        ):
+            self.call("put", f"/v1/memories/{memory_id}/", {"metadata": {"k": 1}})
+            assert not send.called  # metadata only: the text and its entities are unchanged
+            self.call("put", f"/v1/memories/{memory_id}/", {"text": "Jon likes Lima"})
+        send.assert_called_once_with(str(self.project_id), [memory_id])
+
+
+class SignalTestCase(BaseTestCase):
+    QUERY = "What music does Jon like?"
+
+    def setUp(self) -> None:
+        self.project_id = self.alice.key.project_id
+        self.plain, self.linked = add_texts(
+            self.alice.key.project,
+            ["The neighbour likes jazz music", "Plays the violin every evening"],
+            user_id="alice",
+        )
+        # As extraction links a memory whose text says "he": the memory is about Jon.
+        graph.link_memory(self.project_id, self.linked.pk, [("Jon", "person")])
+
+    def search(self, who: Any = None) -> list[dict[str, Any]]:
+        body = {"query": self.QUERY, "filters": {"user_id": "alice"}, "threshold": 0}
+        response = self.call("post", "/v3/memories/search/", body, who=who)
+        assert response.status_code == 200, response.content
+        return list(response.json()["results"])
+
+    def test_a_memory_linked_to_the_querys_entity_ranks_higher_with_the_signal(self) -> None:
+        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=0):
+            off = self.search()
+        assert [r["id"] for r in off] == [str(self.plain.pk), str(self.linked.pk)]
+        assert all(r["score_breakdown"]["entity"] == 0 for r in off)
+        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=2):
+            on = self.search()
+        assert [r["id"] for r in on] == [str(self.linked.pk), str(self.plain.pk)]
+        assert [r["score_breakdown"]["entity"] for r in on] == [1.0, 0.0]
+        # The other signals are what they were.
+        before = {r["id"]: r["score_breakdown"]["semantic"] for r in off}
+        assert {r["id"]: r["score_breakdown"]["semantic"] for r in on} == before
+
+    def test_lower_case_known_entities_match_the_query_words(self) -> None:
+        graph.link_memory(self.project_id, self.plain.pk, ["jazz music"])
+        self.QUERY = "any jazz music"
+        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=1):
+            results = self.search()
+        breakdown = {r["id"]: r["score_breakdown"]["entity"] for r in results}
+        assert breakdown == {str(self.plain.pk): 1.0, str(self.linked.pk): 0.0}
+
+    def test_another_projects_entities_never_boost_a_search(self) -> None:
+        (theirs,) = add_texts(
+            self.charlie.key.project, ["Plays the violin every evening"], user_id="alice"
+        )
+        graph.link_memory(self.charlie.key.project_id, theirs.pk, ["Jon"])
+        with project_context(self.project_id):
+            MemoryEntity.objects.all().delete()  # Alice's own link gone: only Charlie's remains
+        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=2):
+            results = self.search()
+            theirs_seen = self.search(who=self.charlie)
+        assert {r["id"] for r in results} == {str(self.plain.pk), str(self.linked.pk)}
+        assert all(r["score_breakdown"]["entity"] == 0 for r in results)
+        assert [(r["id"], r["score_breakdown"]["entity"]) for r in theirs_seen] == [
+            (str(theirs.pk), 1.0)
+        ]
+
+    def test_hostile_queries_are_only_parameters(self) -> None:
+        for query in (
+            "$$ }) DETACH DELETE n //",
+            "'); DROP TABLE memory_memoryentity; --",
+            "Zürich 東京 " * 300,
+        ):
+            self.QUERY = query
+            with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=1):
+                self.search()
+        assert links(self.project_id) == {"jon"}
+
+
+def test_rarer_entities_count_more() -> None:
+    everyone = Signals(0.5, 0.0, entities=("caroline",))
+    rare = Signals(0.5, 0.0, entities=("caroline", "louvre"))
+    none = Signals(0.5, 0.0)
+    strengths = entity_strengths([everyone, rare, everyone, none])
+    assert strengths[1] > strengths[0] == strengths[2] > strengths[3] == 0
+    scores = fuse([everyone, rare, none], entity_weight=1)
+    assert scores[1].score > scores[0].score > scores[2].score
+    # caroline: carried by 2 of 3, log(1 + 3/2) / log(4); louvre: by 1 of 3, 1; averaged over 2.
+    caroline = math.log(2.5) / math.log(4)
+    assert scores[0].entity == pytest.approx(caroline / 2)
+    assert scores[1].entity == pytest.approx((caroline + 1) / 2)
+    assert scores[2].entity == 0
+    # Weight 0: exactly the scores without the signal.
+    assert fuse([everyone, rare, none]) == fuse([everyone, rare, none], entity_weight=0)
+    assert all(s.entity == 0 for s in fuse([everyone, rare, none]))
+
+
+def test_a_raw_add_is_linked_by_a_real_worker(committed_db: None, client: Any) -> None:
+    key = make_key("acme", "linking")
+    body = {"messages": "I met Caroline at the Louvre", "user_id": "alice", "infer": False}
+    response = client.post(
+        "/v3/memories/add/", body, content_type="application/json", headers=auth(key.raw)
+    )
+    memory_id = response.json()["results"][0]["id"]
+    worker = start_worker()
+    try:
+        linked = wait_for(lambda: len(links(key.key.project_id, memory_id)) == 3, seconds=60)
+    finally:
+        stop(worker)
+    assert linked, links(key.key.project_id, memory_id)
+    assert links(key.key.project_id, memory_id) == {"caroline", "louvre", "alice"}
+    entity = graph.find_entity(key.key.project_id, ALICE, "louvre")
+    assert entity is not None and entity.mentions == 1
+
+
+def test_a_failing_job_is_retried_twice_then_ends(committed_db: None) -> None:
+    """Through the real broker and a worker thread: a job that fails every time ends."""
+    project = make_key("acme", "failing").key.project
+    calls: list[float] = []
+
+    def fail(*args: Any) -> None:
+        calls.append(time.monotonic())
+        raise RuntimeError("the graph is down")
+
+    broker = dramatiq.get_broker()
+    with mock.patch.object(graph, "link_mentions", fail):
+        message = link_entities.send_with_options(
+            args=(str(project.pk), [str(uuid.uuid4())]), min_backoff=10, max_backoff=100
+        )
+        worker = dramatiq.Worker(broker, queues={"entities"}, worker_threads=1, worker_timeout=100)
+        worker.start()
+        try:
+            assert wait_for(lambda: len(calls) == 3 and not _open(message.message_id), 60)
+            time.sleep(1)  # nothing more comes
+        finally:
+            worker.stop()
+    assert len(calls) == 3
+
+
+def _open(message_id: str) -> bool:
+    """Whether the queue still holds the message to be (re)delivered."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM dramatiq.queue WHERE message_id = %s "
+            "AND state IN ('queued', 'consumed')",
+            [message_id],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
