@@ -34,7 +34,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DataError
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -369,7 +369,9 @@ def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact])
             if content_hash(fact.text) in by_hash:
                 duplicates[index] = by_hash[content_hash(fact.text)]
             nearest = (
-                memories.annotate(distance=CosineDistance("embedding", vector))
+                # "+ 0" hides the operator from the HNSW index: a scope is small enough to rank
+                # exactly (as search does), and a filtered approximate walk may miss its rows.
+                memories.annotate(distance=CosineDistance("embedding", vector) + Value(0.0))
                 .order_by("distance")
                 .values_list("id", "text", "distance")[:NEIGHBOURS]
             )

@@ -111,6 +111,7 @@ class PipelineTestCase(BaseTestCase):
             {"fact": 0, "event": "ADD", "text": "User is married"},
         ))  # fmt: skip
         done = self.run_event(self.event("I just got married"))
+        assert (done.status, done.error) == ("SUCCEEDED", "")
         assert [m.text for m in self.memories(state="active")] == ["User is married"]
         assert self.memories(pk=single.pk)[0].state == "deleted"
         assert [r["event"] for r in done.results] == ["DELETE", "ADD"]
