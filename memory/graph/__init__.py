@@ -2,8 +2,12 @@
 
 Owns: the AGE graph of each project (vertices `Entity`, edges `RELATES`), the Cypher that reads
 and writes it, and the relational memory <-> entity index (memory.models.MemoryEntity) kept
-consistent with it. May import memory.models and tenants only; nothing in memory.retrieval,
-queries or actions imports it yet (extraction, the entity search signal and the API will).
+consistent with it, and the local entity recogniser (recognise.py). May import memory.models and
+tenants only. Its users: memory.actions (extraction's writes through do_record_graph; relations
+retracted and reinstated with the memories behind them), memory.queries (the API's reads),
+memory.extraction (the contradiction check's read, the linking job) and memory.retrieval (the
+recogniser only: search reads MemoryEntity itself). GDPR erasure (engram_erase_user, audit
+0010) is the one path that deletes graph rows.
 
 Reads by one exact scope (traverse, relations) serve the pipeline; the HTTP API reads across
 scopes the way search filters (ScopeMatch: named ids equal, "*" any value, the others unset;
