@@ -126,10 +126,10 @@ def plans(project, scope, entity: str) -> None:
         raw = connection.connection
         assert isinstance(raw, psycopg.Connection)
         with psycopg.Cursor(raw) as cursor:
-            lookup = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM ag_catalog.cypher("
-            lookup += f"'{name}', $$ {store._FIND_ENTITY} $$, %s) AS (v ag_catalog.agtype)"
-            cursor.execute(lookup, [json.dumps({"name": root.name, "scope": scope.key})])
-            print("\nplan of the entity lookup (Cypher, MATCH {name, scope}):")
+            lookup = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
+            lookup += store._ENTITY_BY_NAME.replace("{graph}", name)
+            cursor.execute(lookup, [json.dumps(root.name), json.dumps(scope.key)])
+            print("\nplan of the entity lookup (SQL, name and scope; what every upsert reads):")
             print("\n".join(row[0] for row in cursor.fetchall()))
             touching = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM ag_catalog.cypher("
             touching += f"'{name}', $$ {store._TOUCHING} $$, %s) AS (v ag_catalog.agtype)"

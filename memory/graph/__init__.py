@@ -29,18 +29,18 @@ Tenant isolation:
   add labels or drop the graph). It refuses any project but engram_current_project(), so from
   A's context nobody can create, or be granted, B's graph.
 - Second wall, row-level security. Each table of a graph's schema has a forced policy
-  `engram_current_project() = '<that project>'`. AGE 1.5 compiles MATCH into ordinary scans, so
-  the policy applies: a query on another project's graph, or with no tenant, matches nothing
-  (and so SET can change nothing). It does NOT stop writes: AGE 1.5 inserts CREATE / MERGE rows
-  directly, skipping WITH CHECK policies and triggers, so for new vertices and edges the first
-  wall is the only one. (The grants are per role, not per tenant: the app role holds USAGE on
-  every graph it has used; the policies are what tell tenants apart.)
+  `engram_current_project() = '<that project>'` (USING and WITH CHECK). Reads see nothing of
+  another project's graph, or anything without a tenant. The store writes vertices and edges
+  with plain SQL INSERT / UPDATE on the label tables, which the policies check, so writes are
+  walled too. (AGE 1.5's own Cypher CREATE / MERGE would insert around WITH CHECK policies and
+  triggers: the store uses no Cypher write but SET on already visible rows. The grants are per
+  role, not per tenant: the app role holds USAGE on every graph it has used; the policies are
+  what tell tenants apart.)
 - What the wall costs: AGE's agtype functions are not LEAKPROOF, so under a policy PostgreSQL
-  will not use an index for a property test on a query over ONE label table (the entity
-  lookups: a scan of the project's Entity rows, ~1.3 ms at 2,000 entities). In joins the
-  constant policy test becomes a one-time filter and the indexes serve (edge lookups, the
-  traversal steps: see bench/graph.py --plans). Anchoring lookups on a relational
-  (project, scope, name) -> vertex id table would remove that scan.
+  will not use an index for a property test on a query over ONE label table (a scan of the
+  project's rows). In joins the constant policy test becomes a one-time filter and the indexes
+  serve, so every hot lookup joins its table to itself or to the other label (the entity
+  lookup by name, edge lookups, traversal steps: see bench/graph.py's plans).
 - AGE 1.5 also checks no table privileges on its own writes: a Cypher DELETE works without the
   DELETE grant (plain SQL DELETE is refused). So no query here deletes (a test reads them all);
   edges are invalidated, never erased. GDPR erasure of a user's vertices and edges is for the

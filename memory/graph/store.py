@@ -158,37 +158,10 @@ class Traversal:
 
 # -- Cypher ------------------------------------------------------------------------------------
 
-_ENTITY_OUT: LiteralString = "{id: id(n), p: properties(n)}"
 _RELATION_OUT: LiteralString = (
     "{id: id(r), p: properties(r), src: a.name, dst: b.name, src_id: id(a), dst_id: id(b)}"
 )
 
-_BUMP_ENTITY: LiteralString = (
-    "MATCH (n:Entity) WHERE n.name = $name AND n.scope = $scope "
-    "SET n.mentions = n.mentions + $increment "
-    "RETURN " + _ENTITY_OUT
-)
-_CREATE_ENTITY: LiteralString = (
-    "CREATE (n:Entity {name: $name, display_name: $display_name, type: $type, scope: $scope, "
-    "user_id: $user_id, agent_id: $agent_id, app_id: $app_id, run_id: $run_id, "
-    "created_at: $now, mentions: $increment}) RETURN " + _ENTITY_OUT
-)
-# Anchored on the source's name (the entity_name index), then along relates_start.
-_FIND_EDGE: LiteralString = (
-    "MATCH (a:Entity)-[r:RELATES {type: $type, scope: $scope, valid: true}]->(b:Entity) "
-    "WHERE a.name = $src AND a.scope = $scope AND b.name = $dst AND b.scope = $scope "
-)
-_MATCH_RELATION: LiteralString = _FIND_EDGE + "RETURN " + _RELATION_OUT
-_APPEND_MEMORY: LiteralString = (
-    _FIND_EDGE + "SET r.memory_ids = $memory_ids RETURN " + _RELATION_OUT
-)
-_CREATE_RELATION: LiteralString = (
-    "MATCH (a:Entity), (b:Entity) "
-    "WHERE a.name = $src AND a.scope = $scope AND b.name = $dst AND b.scope = $scope "
-    "CREATE (a)-[r:RELATES {type: $type, scope: $scope, user_id: $user_id, agent_id: $agent_id, "
-    "app_id: $app_id, run_id: $run_id, valid: true, created_at: $now, invalidated_at: '', "
-    "memory_ids: $memory_ids, event_id: $event_id}]->(b) RETURN " + _RELATION_OUT
-)
 _INVALIDATE_BY_ID: LiteralString = (
     "MATCH (a:Entity)-[r:RELATES {scope: $scope, valid: true}]->(b:Entity) "
     "WHERE id(r) IN $ids SET r.valid = false, r.invalidated_at = $now RETURN " + _RELATION_OUT
@@ -208,9 +181,6 @@ _LIST_RELATIONS: LiteralString = (
 # The ids of the scope's entities with these names.
 _FIND_ENTITIES: LiteralString = (
     "MATCH (n:Entity) WHERE n.name IN $names AND n.scope = $scope RETURN {id: id(n)}"
-)
-_FIND_ENTITY: LiteralString = (
-    "MATCH (n:Entity) WHERE n.name = $name AND n.scope = $scope RETURN " + _ENTITY_OUT
 )
 # One step of a traversal: the valid (or all) edges of the scope touching the frontier, either
 # way round, not yet seen. Plain SQL over the graph's label tables, not Cypher: AGE 1.5 compiles
@@ -309,19 +279,84 @@ def _entity_name(name: str) -> str:
 # -- entities ----------------------------------------------------------------------------------
 
 
+# Entity and edge writes are plain SQL on the label tables (the app role may INSERT and UPDATE
+# them), not Cypher: the lookups meet the name and edge-end indexes (a one-table Cypher MATCH
+# scans every entity of the project under row-level security, see the module's notes), and an
+# INSERT or UPDATE is checked by the tables' WITH CHECK policies, which AGE's own CREATE skips.
+_ENTITY_BY_NAME: LiteralString = """
+SELECT n.id::text, ag_catalog.agtype_out(n.properties)::text
+FROM {graph}."Entity" n JOIN {graph}."Entity" gate ON gate.id = n.id
+WHERE ag_catalog.agtype_access_operator(VARIADIC ARRAY[n.properties, '"name"'::ag_catalog.agtype])
+      = %s::text::ag_catalog.agtype
+  AND ag_catalog.agtype_access_operator(VARIADIC ARRAY[n.properties, '"scope"'::ag_catalog.agtype])
+      = %s::text::ag_catalog.agtype
+ORDER BY n.id LIMIT 1
+"""
+_INSERT_ENTITY: LiteralString = """
+INSERT INTO {graph}."Entity" (properties) VALUES (%s::text::ag_catalog.agtype)
+RETURNING id::text, ag_catalog.agtype_out(properties)::text
+"""
+_PATCH_ENTITY: LiteralString = """
+UPDATE {graph}."Entity" n
+SET properties = n.properties OPERATOR(ag_catalog.||) %s::text::ag_catalog.agtype
+WHERE n.id = %s::text::ag_catalog.graphid
+RETURNING n.id::text, ag_catalog.agtype_out(n.properties)::text
+"""
+_EDGE_BETWEEN: LiteralString = """
+SELECT r.id::text, r.start_id::text, r.end_id::text,
+       ag_catalog.agtype_out(r.properties)::text, ag_catalog.agtype_out(s.properties)::text,
+       ag_catalog.agtype_out(e.properties)::text
+FROM {graph}."RELATES" r
+JOIN {graph}."Entity" s ON s.id = r.start_id
+JOIN {graph}."Entity" e ON e.id = r.end_id
+WHERE r.start_id = %s::text::ag_catalog.graphid AND r.end_id = %s::text::ag_catalog.graphid
+  AND r.properties OPERATOR(ag_catalog.@>) %s::text::ag_catalog.agtype
+ORDER BY r.id LIMIT 1
+"""
+_INSERT_EDGE: LiteralString = """
+INSERT INTO {graph}."RELATES" (start_id, end_id, properties)
+VALUES (%s::text::ag_catalog.graphid, %s::text::ag_catalog.graphid, %s::text::ag_catalog.agtype)
+RETURNING id::text
+"""
+
+
+def _sql(graph: str, statement: LiteralString, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement.replace("{graph}", _checked(graph)), params)
+        return list(cursor.fetchall())
+
+
+def _entity_row(row: Sequence[Any]) -> Entity:
+    return Entity.from_row({"id": row[0], "p": json.loads(row[1])})
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _find_entity(graph: str, scope: Scope, normalised: str) -> Entity | None:
+    rows = _sql(graph, _ENTITY_BY_NAME, [_json(normalised), _json(scope.key)])
+    return _entity_row(rows[0]) if rows else None
+
+
 def _upsert_entity(graph: str, scope: Scope, name: str, entity_type: str, increment: int) -> Entity:
     normalised = _entity_name(name)
     _lock(graph, "entity", normalised, scope.key)
-    params = {"name": normalised, "scope": scope.key, "increment": increment}
-    rows = _cypher(graph, _BUMP_ENTITY, params)
-    if not rows:
-        params |= scope.properties() | {
-            "display_name": name.strip() or normalised,
-            "type": normalise_name(entity_type),
-            "now": _now(),
-        }
-        rows = _cypher(graph, _CREATE_ENTITY, params)
-    return Entity.from_row(rows[0])
+    found = _find_entity(graph, scope, normalised)
+    if found is not None:
+        if not increment:
+            return found
+        patch = _json({"mentions": found.mentions + increment})
+        return _entity_row(_sql(graph, _PATCH_ENTITY, [patch, str(found.id)])[0])
+    properties = {
+        "name": normalised,
+        "display_name": name.strip() or normalised,
+        "type": normalise_name(entity_type),
+        **scope.properties(),
+        "created_at": _now(),
+        "mentions": increment,
+    }
+    return _entity_row(_sql(graph, _INSERT_ENTITY, [_json(properties)])[0])
 
 
 def upsert_entity(
@@ -339,8 +374,7 @@ def upsert_entity(
 def find_entity(project: ProjectId, scope: Scope, name: str) -> Entity | None:
     with project_context(project):
         graph = ensure_graph(project)
-        rows = _cypher(graph, _FIND_ENTITY, {"name": _entity_name(name), "scope": scope.key})
-    return Entity.from_row(rows[0]) if rows else None
+        return _find_entity(graph, scope, _entity_name(name))
 
 
 # -- relations ---------------------------------------------------------------------------------
@@ -379,26 +413,31 @@ def upsert_relation(
                 scope,
             )
         _lock(graph, "relation", src.name, kind, dst.name, scope.key)
-        params: dict[str, Any] = {
-            "src": src.name,
-            "dst": dst.name,
-            "type": kind,
-            "scope": scope.key,
-        }
-        found = _cypher(graph, _MATCH_RELATION, params)
+        wanted = _json({"type": kind, "scope": scope.key, "valid": True})
+        found = _sql(graph, _EDGE_BETWEEN, [str(src.id), str(dst.id), wanted])
         mid = None if memory_id is None else str(memory_id)
         if found:
-            relation = Relation.from_row(found[0])
+            [(relation, _)] = _edge_rows(found)
             if mid is None or mid in relation.memory_ids:
                 return relation
-            params["memory_ids"] = [*relation.memory_ids, mid]
-            return Relation.from_row(_cypher(graph, _APPEND_MEMORY, params)[0])
-        params |= scope.properties() | {
-            "now": _now(),
+            [patched] = _patch_edges(
+                graph, {relation.id: {"memory_ids": [*relation.memory_ids, mid]}}
+            )
+            return patched
+        properties = {
+            "type": kind,
+            **scope.properties(),
+            "valid": True,
+            "created_at": _now(),
+            "invalidated_at": "",
             "memory_ids": [] if mid is None else [mid],
             "event_id": "" if event_id is None else str(event_id),
         }
-        return Relation.from_row(_cypher(graph, _CREATE_RELATION, params)[0])
+        [(edge_id,)] = _sql(graph, _INSERT_EDGE, [str(src.id), str(dst.id), _json(properties)])
+        return Relation.from_row({
+            "id": edge_id, "p": properties, "src": src.name, "dst": dst.name,
+            "src_id": src.id, "dst_id": dst.id,
+        })  # fmt: skip
 
 
 def invalidate_relations(
@@ -517,12 +556,9 @@ def traverse(
     _check_page(limit)
     with project_context(project):
         graph = ensure_graph(project)
-        start = _cypher(
-            graph, _FIND_ENTITY, {"name": _entity_name(entity_name), "scope": scope.key}
-        )
-        if not start:
+        root = _find_entity(graph, scope, _entity_name(entity_name))
+        if root is None:
             return Traversal()
-        root = Entity.from_row(start[0])
         nodes: dict[int, Entity] = {root.id: root}
         edges: dict[int, Relation] = {}
         frontier = [root.id]

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, ProgrammingError, connection, transaction
 
 from memory import graph
 from memory.graph import Scope
@@ -234,10 +234,29 @@ class GraphTestCase(BaseTestCase):
                 cursor.execute(f'SELECT count(*) FROM {graph.graph_name(self.b)}."Entity"')  # noqa: S608
                 assert cursor.fetchone() == (0,)
 
+    def test_the_stores_writes_are_checked_by_the_policies(self) -> None:
+        """The store writes vertices and edges with plain SQL, so the second wall holds for
+        writes too: from A's context, an insert or update in B's graph is refused."""
+        bob = graph.upsert_entity(self.b, ALICE, "bob")
+        with project_context(self.a):
+            graph.ensure_graph(self.a)
+            b_graph = graph.graph_name(self.b)
+            with pytest.raises(ProgrammingError, match="row-level security"), transaction.atomic():
+                graph.store._sql(b_graph, graph.store._INSERT_ENTITY, ['{"name": "stray"}'])
+            with transaction.atomic():  # an update finds nothing to change: invisible to A
+                rows = graph.store._sql(
+                    b_graph, graph.store._PATCH_ENTITY, ['{"mentions": 99}', str(bob.id)]
+                )
+            assert rows == []
+        found = graph.find_entity(self.b, ALICE, "bob")
+        assert found is not None
+        assert found.mentions == 1
+
     def test_writes_rely_on_the_first_wall(self) -> None:
-        """AGE 1.5 inserts around WITH CHECK policies: a CREATE into B's graph from A's context
-        is not stopped by the database (the rows stay invisible to A). The store never names
-        a graph other than its tenant's; if AGE starts enforcing this, update the docstring."""
+        """AGE 1.5's own CREATE inserts around WITH CHECK policies: a Cypher CREATE into B's
+        graph from A's context is not stopped by the database (the rows stay invisible to A).
+        The store does not use CREATE (see the test above); if AGE starts enforcing this,
+        update the module's docstring."""
         graph.upsert_relation(self.b, "bob", "likes", "coffee", ALICE)
         query = "CREATE (n:Entity {name: $name}) RETURN {id: id(n)}"
         with project_context(self.a):
