@@ -131,11 +131,10 @@ def plans(project, scope, entity: str) -> None:
             cursor.execute(lookup, [json.dumps(root.name), json.dumps(scope.key)])
             print("\nplan of the entity lookup (SQL, name and scope; what every upsert reads):")
             print("\n".join(row[0] for row in cursor.fetchall()))
-            touching = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM ag_catalog.cypher("
-            touching += f"'{name}', $$ {store._TOUCHING} $$, %s) AS (v ag_catalog.agtype)"
-            params = {"scope": scope.key, "names": [root.name], "limit": 50}
-            cursor.execute(touching, [json.dumps(params)])
-            print("\nplan of relations_touching (Cypher, the contradiction check's read):")
+            touching = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
+            touching += store._ENTITIES_BY_NAMES.replace("{graph}", name)
+            cursor.execute(touching, [[json.dumps(root.name), '"entity 1"'], json.dumps(scope.key)])
+            print("\nplan of relations_touching's entity lookup (then a traversal step, below):")
             print("\n".join(row[0] for row in cursor.fetchall()))
         with connection.cursor() as cursor:
             cursor.execute(

@@ -178,10 +178,6 @@ _LIST_RELATIONS: LiteralString = (
     "WITH a, r, b ORDER BY r.created_at, id(r) SKIP $offset LIMIT $limit "
     "RETURN " + _RELATION_OUT
 )
-# The ids of the scope's entities with these names.
-_FIND_ENTITIES: LiteralString = (
-    "MATCH (n:Entity) WHERE n.name IN $names AND n.scope = $scope RETURN {id: id(n)}"
-)
 # One step of a traversal: the valid (or all) edges of the scope touching the frontier, either
 # way round, not yet seen. Plain SQL over the graph's label tables, not Cypher: AGE 1.5 compiles
 # `id(x) IN $list` into an expression no index serves and scanned every edge of the scope per
@@ -291,6 +287,14 @@ WHERE ag_catalog.agtype_access_operator(VARIADIC ARRAY[n.properties, '"name"'::a
   AND ag_catalog.agtype_access_operator(VARIADIC ARRAY[n.properties, '"scope"'::ag_catalog.agtype])
       = %s::text::ag_catalog.agtype
 ORDER BY n.id LIMIT 1
+"""
+_ENTITIES_BY_NAMES: LiteralString = """
+SELECT n.id::text
+FROM {graph}."Entity" n JOIN {graph}."Entity" gate ON gate.id = n.id
+WHERE ag_catalog.agtype_access_operator(VARIADIC ARRAY[n.properties, '"name"'::ag_catalog.agtype])
+      = ANY(%s::text[]::ag_catalog.agtype[])
+  AND ag_catalog.agtype_access_operator(VARIADIC ARRAY[n.properties, '"scope"'::ag_catalog.agtype])
+      = %s::text::ag_catalog.agtype
 """
 _INSERT_ENTITY: LiteralString = """
 INSERT INTO {graph}."Entity" (properties) VALUES (%s::text::ag_catalog.agtype)
@@ -526,13 +530,13 @@ def relations_touching(
         return []
     with project_context(project):
         graph = ensure_graph(project)
-        ids = _cypher(graph, _FIND_ENTITIES, {"names": normalised, "scope": scope.key})
+        ids = _sql(graph, _ENTITIES_BY_NAMES, [[_json(n) for n in normalised], _json(scope.key)])
         if not ids:
             return []
         wanted: dict[str, Any] = {"scope": scope.key, "valid": True}
         if relationship is not None:
             wanted["type"] = normalise_relationship(relationship)
-        step = _Step(scope, [int(row["id"]) for row in ids], [], False, limit)
+        step = _Step(scope, [int(row[0]) for row in ids], [], False, limit)
         found = _neighbours(graph, step, wanted=wanted, newest_first=True)
     return [relation for relation, _ in found]
 
