@@ -162,10 +162,13 @@ _RELATION_OUT: LiteralString = (
     "{id: id(r), p: properties(r), src: a.name, dst: b.name, src_id: id(a), dst_id: id(b)}"
 )
 
-_INVALIDATE_BY_ID: LiteralString = (
-    "MATCH (a:Entity)-[r:RELATES {scope: $scope, valid: true}]->(b:Entity) "
-    "WHERE id(r) IN $ids SET r.valid = false, r.invalidated_at = $now RETURN " + _RELATION_OUT
-)
+# The valid edges of a scope among these ids, locked (joined to an end: see _GATED).
+_VALID_EDGES_BY_ID: LiteralString = """
+SELECT r.id::text FROM {graph}."RELATES" r JOIN {graph}."Entity" s ON s.id = r.start_id
+WHERE r.id = ANY(%s::ag_catalog.graphid[])
+  AND r.properties OPERATOR(ag_catalog.@>) %s::text::ag_catalog.agtype
+ORDER BY r.id FOR UPDATE OF r
+"""
 _INVALIDATE_BY_MATCH: LiteralString = (
     "MATCH (a:Entity)-[r:RELATES {scope: $scope, valid: true}]->(b:Entity) "
     "WHERE a.name = $src AND a.scope = $scope AND ($dst IS NULL OR b.name = $dst) "
@@ -466,10 +469,14 @@ def invalidate_relations(
         graph = ensure_graph(project)
         params: dict[str, Any] = {"scope": scope.key, "now": _now()}
         if ids is not None:
-            edge_ids = [int(i) for i in ids]
+            edge_ids = sorted({int(i) for i in ids})
             if not edge_ids:
                 return []
-            rows = _cypher(graph, _INVALIDATE_BY_ID, params | {"ids": edge_ids})
+            # By id through the primary key (a Cypher `id(r) IN $ids` scans the scope's edges).
+            wanted = _json({"scope": scope.key, "valid": True})
+            found = _sql(graph, _VALID_EDGES_BY_ID, [_graphids(edge_ids), wanted])
+            patch = {"valid": False, "invalidated_at": params["now"]}
+            return _patch_edges(graph, {int(row[0]): patch for row in found})
         else:
             rows = _cypher(
                 graph,
