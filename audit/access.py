@@ -47,6 +47,9 @@ class AccessRecord:
     # The status of the row a view's tenant transaction wrote, if it wrote one. Should the
     # response end otherwise (an error after the commit), the middleware adds a row for that.
     logged: int | None = None
+    # What the row's action column says instead of the URL pattern's name, for an endpoint
+    # that carries several operations (the MCP endpoint: its method or tool, memory.mcp).
+    action: str = ""
 
 
 def access_record(request: Request | HttpRequest) -> AccessRecord:
@@ -155,7 +158,7 @@ def write_row(request: Request | HttpRequest, status: int) -> None:
         client_request_id=current_client_request_id(),
         method=clean_text(request.method or "", 10),
         path=clean_text(path, 500),
-        action=clean_text((match.url_name or "") if match else "", 100),
+        action=clean_text(record.action or ((match.url_name or "") if match else ""), 100),
         scope=clean_scope(record.scope) if key else {},
         client=client_headers(request),
         result_count=record.result_count,

@@ -312,5 +312,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # django.request logs every 4xx as a warning quoting the path and query string, which can name
     # users (user_id=...); the access log records refused requests already, without them.
-    "loggers": {"django.db.backends": {"level": "INFO"}, "django.request": {"level": "ERROR"}},
+    # The MCP SDK logs two INFO lines per exchange (its per-request session manager) and each
+    # refused tool call; the access log records every call already (memory/mcp/http.py).
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "django.request": {"level": "ERROR"},
+        "mcp": {"level": "WARNING"},
+    },
 }

@@ -13,6 +13,7 @@ handler500 = "config.exceptions.json_server_error"
 urlpatterns = [
     path("v1/ping/", tenants_api.ping, name="ping"),
     path("", include("memory.api.urls")),
+    path("", include("memory.mcp.urls")),  # the MCP endpoint for agents (memory/mcp/http.py)
     path(
         "api/schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),

@@ -99,3 +99,30 @@ def test_retrieval_uses_only_the_graphs_recogniser() -> None:
         }
     assert found, "retrieval no longer uses the recogniser: update this test"
     assert all(i.startswith("memory.graph.recognise") for i in found), found
+
+
+def test_the_mcp_package_uses_only_api_helpers_and_nothing_imports_it() -> None:
+    """memory.mcp sits beside memory.api: it may use actions, queries, retrieval and the API's
+    serializers and shared helpers (not its views); only config.urls reaches it, by name. Its
+    stdio script loads no Django: of engram it imports the env readers and the header names."""
+    helpers = ("memory.api.common", "memory.api.serializers")
+    violations = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            module = module_name(path)
+            imports = top_level_imports(path)
+            if module.startswith("memory.mcp"):
+                violations += [
+                    f"{module} imports {i}"
+                    for i in imports
+                    if i.startswith(("memory.extraction", "memory.api."))
+                    and not i.startswith(helpers)
+                ]
+            else:
+                violations += [
+                    f"{module} imports {i}" for i in imports if i.startswith("memory.mcp")
+                ]
+    stdio = top_level_imports(ROOT / "memory" / "mcp" / "stdio.py")
+    engram = {i.rsplit(".", 1)[0] for i in stdio if i.startswith(PACKAGES) and "." in i}
+    assert engram <= {"config", "config.env", "memory.mcp", "memory.mcp.headers"}, engram
+    assert violations == []
