@@ -60,9 +60,11 @@ class FakeClaude:
                 if reply.tool == tool:
                     return reply if reply.repeat else self.replies.pop(index)
             return Reply(GRAPH_DEFAULTS[tool], usage=(0, 0))
-        if not self.replies:
-            return Reply(status=500)
-        return self.replies[0] if self.replies[0].repeat else self.replies.pop(0)
+        # Any other call takes the first reply not scripted for another tool.
+        for index, reply in enumerate(self.replies):
+            if reply.tool is None or reply.tool == tool:
+                return reply if reply.repeat else self.replies.pop(index)
+        return Reply(status=500)
 
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
