@@ -3,8 +3,9 @@
 In a fresh project: one scope with E edges (default 10,000) among N entities (default 2,000),
 written one upsert_relation per transaction (the throughput figure), then traversals from
 random entities at depth 1, 2 and 3 (limit 100) and the valid edges touching two entities
-(relations_touching, what extraction's contradiction check reads): p50 / p95. Also prints
-the plans of the entity lookup, of relations_touching and of one traversal step.
+(relations_touching, what extraction's contradiction check reads): p50 / p95; then the linking
+job's throughput on raw turns (graph.link_mentions, --link-memories). Also prints the plans of
+the entity lookup, of relations_touching's lookup and of one traversal step.
 
     make migrate
     .venv/bin/python bench/graph.py [--edges 10000 --entities 2000 --traversals 300]
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--entities", type=int, default=2_000)
     parser.add_argument("--traversals", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--link-memories", type=int, default=500)
     parser.add_argument("--plans", action="store_true", help="only the plans, on the last data set")
     args = parser.parse_args()
 
@@ -96,8 +98,16 @@ def main() -> None:
             f"relations returned median {sizes[len(sizes) // 2]}"
         )
 
+    touching_figures(project, scope, entities, rng, args.traversals)
+    link_figures(project, rng, args.link_memories)
+    plans(project, scope, entities[0])
+
+
+def touching_figures(project, scope, entities: list[str], rng: random.Random, count: int) -> None:
+    from memory import graph
+
     samples = []
-    for _ in range(args.traversals):
+    for _ in range(count):
         names = rng.sample(entities, 2)
         start = time.perf_counter()
         graph.relations_touching(project, scope, names, limit=50)
@@ -107,7 +117,38 @@ def main() -> None:
         f"{fmt_ms(percentiles(samples))}"
     )
 
-    plans(project, scope, entities[0])
+
+PEOPLE = ["Caroline", "Melanie", "Jon", "Gina", "Andrew", "Audrey", "Tim", "John", "Maria"]
+PLACES = ["Boston", "Lisbon", "Kyoto", "Sweden", "Paris", "the Grand Canyon", "Nike", "Google"]
+
+
+def link_figures(project, rng: random.Random, count: int) -> None:
+    """The linking job's throughput: raw turns naming people and places (as LoCoMo's do), stored
+    with do_add_messages in one scope, then linked by graph.link_mentions as the worker does;
+    then the same again (a re-run links nothing)."""
+    from memory import actions, graph
+    from tenants.models import Project
+
+    texts = [
+        f"{rng.choice(PEOPLE)} told me about {rng.choice(PLACES)} and {rng.choice(PEOPLE)}; "
+        f"I want to visit {rng.choice(PLACES)} in {2020 + i % 5} (turn {i})."
+        for i in range(count)
+    ]
+    outcome = actions.do_add_messages(
+        Project.objects.get(pk=project),
+        messages=[actions.Message("user", t) for t in texts],
+        scope={"user_id": "link-user", "agent_id": None, "app_id": None, "run_id": None},
+        actor="command:bench",
+    )
+    ids = [m.pk for m, _ in outcome.results]
+    for label in ("first run", "re-run"):
+        started = time.perf_counter()
+        made = graph.link_mentions(project, ids)
+        elapsed = time.perf_counter() - started
+        print(
+            f"link_mentions, {label}: {count} memories, {made} new links in {elapsed:.1f} s = "
+            f"{count / elapsed:.0f} memories/s, {made / elapsed:.0f} links/s"
+        )
 
 
 def plans(project, scope, entity: str) -> None:
