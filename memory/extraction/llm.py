@@ -188,6 +188,11 @@ class Extractor(Protocol):
 # --- Claude ---------------------------------------------------------------------------------
 
 
+def _tool(name: str, description: str, schema: type[BaseModel]) -> ToolParam:
+    """A tool the model is forced to call, its input schema taken from the pydantic model."""
+    return {"name": name, "description": description, "input_schema": schema.model_json_schema()}
+
+
 class _FactOut(BaseModel):
     text: str = Field(min_length=1, max_length=2000)
     category: str | None = None
@@ -214,42 +219,42 @@ class _Procedure(BaseModel):
     summary: str = Field(min_length=1, max_length=20_000)
 
 
-EXTRACT_TOOL: ToolParam = {
-    "name": "record_facts",
-    "description": "Record the durable facts worth remembering from the new messages.",
-    "input_schema": _Facts.model_json_schema(),
-}
+EXTRACT_TOOL = _tool(
+    "record_facts",
+    "Record the durable facts worth remembering from the new messages.",
+    _Facts,
+)
 
 
 class _Summary(BaseModel):
     summary: str = Field(max_length=8_000)
 
 
-SUMMARY_TOOL: ToolParam = {
-    "name": "record_summary",
-    "description": "Record the updated running summary of the conversation.",
-    "input_schema": _Summary.model_json_schema(),
-}
+SUMMARY_TOOL = _tool(
+    "record_summary",
+    "Record the updated running summary of the conversation.",
+    _Summary,
+)
 SUMMARY_SYSTEM = (
     "Maintain a concise running summary (at most about 200 words) of a long conversation: who "
     "the participants are, what matters to them, open threads and plans. Fold the new messages "
     "into the previous summary; drop what is no longer true."
 )
-PROCEDURE_TOOL: ToolParam = {
-    "name": "record_procedure",
-    "description": "Record the step-by-step summary of the agent's work.",
-    "input_schema": _Procedure.model_json_schema(),
-}
+PROCEDURE_TOOL = _tool(
+    "record_procedure",
+    "Record the step-by-step summary of the agent's work.",
+    _Procedure,
+)
 PROCEDURE_SYSTEM = (
     "Summarise the agent's execution history below as its procedural memory: every step it "
     "took, in order, with the action, its key inputs and the result it observed, verbatim "
     "where exact values matter (ids, numbers, commands, errors). End with the overall outcome."
 )
-DECIDE_TOOL: ToolParam = {
-    "name": "record_decisions",
-    "description": "For each candidate fact, decide ADD, UPDATE, DELETE or NONE.",
-    "input_schema": _Decisions.model_json_schema(),
-}
+DECIDE_TOOL = _tool(
+    "record_decisions",
+    "For each candidate fact, decide ADD, UPDATE, DELETE or NONE.",
+    _Decisions,
+)
 
 EXTRACT_SYSTEM = (
     "You keep a long-term memory about {subject}. From the NEW messages, extract the few "
@@ -296,11 +301,11 @@ class _Contradicted(BaseModel):
     contradicted: list[str]
 
 
-ENTITIES_TOOL: ToolParam = {
-    "name": "record_entities",
-    "description": "Record the entities the facts are about, each with its type.",
-    "input_schema": _Entities.model_json_schema(),
-}
+ENTITIES_TOOL = _tool(
+    "record_entities",
+    "Record the entities the facts are about, each with its type.",
+    _Entities,
+)
 ENTITIES_SYSTEM = (
     "List the entities the facts below are about: people, pets, organisations, places, "
     "products, foods, activities, works, events and specific topics. Give each its name as "
@@ -309,11 +314,11 @@ ENTITIES_SYSTEM = (
     '"User" (or "I", "me"), is the entity named {self_name}. Do not list dates, amounts or '
     "generic words."
 )
-RELATIONS_TOOL: ToolParam = {
-    "name": "record_relations",
-    "description": "Record the relations between the listed entities that the facts state.",
-    "input_schema": _Relations.model_json_schema(),
-}
+RELATIONS_TOOL = _tool(
+    "record_relations",
+    "Record the relations between the listed entities that the facts state.",
+    _Relations,
+)
 RELATIONS_SYSTEM = (
     "From the numbered facts, record each relation they state between two of the listed "
     "entities as (source, relationship, destination), with `fact` the number of the fact "
@@ -322,11 +327,11 @@ RELATIONS_SYSTEM = (
     "has_child, allergic_to); state it in the direction the fact does. Skip what is not a "
     "relation between two listed entities."
 )
-CONTRADICTIONS_TOOL: ToolParam = {
-    "name": "record_contradictions",
-    "description": "Record the ids of the existing relations the new relations make false.",
-    "input_schema": _Contradicted.model_json_schema(),
-}
+CONTRADICTIONS_TOOL = _tool(
+    "record_contradictions",
+    "Record the ids of the existing relations the new relations make false.",
+    _Contradicted,
+)
 CONTRADICTIONS_SYSTEM = (
     "Existing relations are listed with small ids, then new ones just learned. List the ids "
     "of the existing relations that the new ones make false: a change (lives_in Paris when "
