@@ -327,12 +327,6 @@ RETURNING id::text
 """
 
 
-def _sql(graph: str, statement: LiteralString, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(statement.replace("{graph}", _checked(graph)), params)
-        return list(cursor.fetchall())
-
-
 def _entity_row(row: Sequence[Any]) -> Entity:
     return Entity.from_row({"id": row[0], "p": json.loads(row[1])})
 
@@ -342,7 +336,7 @@ def _json(value: Any) -> str:
 
 
 def _find_entity(graph: str, scope: Scope, normalised: str) -> Entity | None:
-    rows = _sql(graph, _ENTITY_BY_NAME, [_json(normalised), _json(scope.key)])
+    rows = _run(graph, _ENTITY_BY_NAME, [_json(normalised), _json(scope.key)])
     return _entity_row(rows[0]) if rows else None
 
 
@@ -354,7 +348,7 @@ def _upsert_entity(graph: str, scope: Scope, name: str, entity_type: str, increm
         if not increment:
             return found
         patch = _json({"mentions": found.mentions + increment})
-        return _entity_row(_sql(graph, _PATCH_ENTITY, [patch, str(found.id)])[0])
+        return _entity_row(_run(graph, _PATCH_ENTITY, [patch, str(found.id)])[0])
     properties = {
         "name": normalised,
         "display_name": name.strip() or normalised,
@@ -363,7 +357,7 @@ def _upsert_entity(graph: str, scope: Scope, name: str, entity_type: str, increm
         "created_at": _now(),
         "mentions": increment,
     }
-    return _entity_row(_sql(graph, _INSERT_ENTITY, [_json(properties)])[0])
+    return _entity_row(_run(graph, _INSERT_ENTITY, [_json(properties)])[0])
 
 
 def upsert_entity(
@@ -421,7 +415,7 @@ def upsert_relation(
             )
         _lock(graph, "relation", src.name, kind, dst.name, scope.key)
         wanted = _json({"type": kind, "scope": scope.key, "valid": True})
-        found = _sql(graph, _EDGE_BETWEEN, [str(src.id), str(dst.id), wanted])
+        found = _run(graph, _EDGE_BETWEEN, [str(src.id), str(dst.id), wanted])
         mid = None if memory_id is None else str(memory_id)
         if found:
             [(relation, _)] = _edge_rows(found)
@@ -440,7 +434,7 @@ def upsert_relation(
             "memory_ids": [] if mid is None else [mid],
             "event_id": "" if event_id is None else str(event_id),
         }
-        [(edge_id,)] = _sql(graph, _INSERT_EDGE, [str(src.id), str(dst.id), _json(properties)])
+        [(edge_id,)] = _run(graph, _INSERT_EDGE, [str(src.id), str(dst.id), _json(properties)])
         return Relation.from_row({
             "id": edge_id, "p": properties, "src": src.name, "dst": dst.name,
             "src_id": src.id, "dst_id": dst.id,
@@ -474,7 +468,7 @@ def invalidate_relations(
                 return []
             # By id through the primary key (a Cypher `id(r) IN $ids` scans the scope's edges).
             wanted = _json({"scope": scope.key, "valid": True})
-            found = _sql(graph, _VALID_EDGES_BY_ID, [_graphids(edge_ids), wanted])
+            found = _run(graph, _VALID_EDGES_BY_ID, [_graphids(edge_ids), wanted])
             patch = {"valid": False, "invalidated_at": params["now"]}
             return _patch_edges(graph, {int(row[0]): patch for row in found})
         else:
@@ -537,7 +531,7 @@ def relations_touching(
         return []
     with project_context(project):
         graph = ensure_graph(project)
-        ids = _sql(graph, _ENTITIES_BY_NAMES, [[_json(n) for n in normalised], _json(scope.key)])
+        ids = _run(graph, _ENTITIES_BY_NAMES, [[_json(n) for n in normalised], _json(scope.key)])
         if not ids:
             return []
         wanted: dict[str, Any] = {"scope": scope.key, "valid": True}
@@ -627,23 +621,7 @@ def _neighbours(
                 "limit": step.limit,
             },
         )
-        rows = cursor.fetchall()
-    found = []
-    for edge_id, start_id, end_id, props, start_props, end_props in rows:
-        source = Entity.from_row({"id": start_id, "p": json.loads(start_props)})
-        destination = Entity.from_row({"id": end_id, "p": json.loads(end_props)})
-        relation = Relation.from_row(
-            {
-                "id": edge_id,
-                "p": json.loads(props),
-                "src": source.name,
-                "dst": destination.name,
-                "src_id": start_id,
-                "dst_id": end_id,
-            }
-        )
-        found.append((relation, (source, destination)))
-    return found
+        return _edge_rows(cursor.fetchall())
 
 
 # -- the memory <-> entity index ---------------------------------------------------------------

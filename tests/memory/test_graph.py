@@ -242,9 +242,9 @@ class GraphTestCase(BaseTestCase):
             graph.ensure_graph(self.a)
             b_graph = graph.graph_name(self.b)
             with pytest.raises(ProgrammingError, match="row-level security"), transaction.atomic():
-                graph.store._sql(b_graph, graph.store._INSERT_ENTITY, ['{"name": "stray"}'])
+                graph.store._run(b_graph, graph.store._INSERT_ENTITY, ['{"name": "stray"}'])
             with transaction.atomic():  # an update finds nothing to change: invisible to A
-                rows = graph.store._sql(
+                rows = graph.store._run(
                     b_graph, graph.store._PATCH_ENTITY, ['{"mentions": 99}', str(bob.id)]
                 )
             assert rows == []
