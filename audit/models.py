@@ -102,3 +102,41 @@ class PurgeRecord(models.Model):
 
     def __str__(self) -> str:
         return f"purge of {self.subject_kind} {self.subject_hash[:12]}…"
+
+
+class ErasureRequest(models.Model):
+    """An erasure of one user asked through the API, carried out by a worker.
+
+    `DELETE /v2/entities/user/{id}/` hides the user's memories at once (the soft delete) and
+    records this request; the worker job (memory.extraction.tasks.erase_user) then runs the one
+    erasure path (engram_erase_user, which writes the PurgeRecord) and marks the request done.
+    The user id in clear (`subject_id`) is kept only until then, for the worker to know whom to
+    erase, and cleared in the erasure's own transaction; `subject_hash` stays. Row-level
+    security as every tenant table.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING"
+        SUCCEEDED = "SUCCEEDED"
+        FAILED = "FAILED"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    subject_kind = models.CharField(max_length=20, default="user")
+    subject_hash = models.CharField(max_length=64)
+    subject_id = models.CharField(max_length=255, blank=True, default="")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    counts = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=200)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            models.Index(fields=["project", "created_at"], name="erasure_project_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"erasure of {self.subject_kind} {self.subject_hash[:12]}… ({self.status})"

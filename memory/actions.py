@@ -29,6 +29,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
+from audit.models import ErasureRequest
 from config.exceptions import RefusedError
 from memory import graph
 from memory.models import (
@@ -633,8 +634,82 @@ def do_erase_user(
             [project_id, user_id, subject, str(_as_actor(actor)), dry_run],
         )
         row = cursor.fetchone()
-    counts = row[0] if row else {}
-    if isinstance(counts, str):  # Django leaves jsonb undecoded outside a JSONField
-        counts = json.loads(counts)
-    ordered = sorted(counts, key=lambda s: ERASURE_STORES.index(s) if s in ERASURE_STORES else 99)
-    return {store: int(counts[store]) for store in ordered}
+        counts = row[0] if row else {}
+        if isinstance(counts, str):  # Django leaves jsonb undecoded outside a JSONField
+            counts = json.loads(counts)
+        ordered = sorted(
+            counts, key=lambda s: ERASURE_STORES.index(s) if s in ERASURE_STORES else 99
+        )
+        result = {store: int(counts[store]) for store in ordered}
+        if not dry_run:
+            # Erasures of this user asked through the API and not yet run are done by this one:
+            # their clear-text id goes with everything else.
+            ErasureRequest.objects.filter(
+                project_id=project_id, subject_hash=subject, status=ErasureRequest.Status.PENDING
+            ).update(
+                status=ErasureRequest.Status.SUCCEEDED, counts=result, subject_id="",
+                completed_at=timezone.now(),
+            )  # fmt: skip
+    return result
+
+
+# Attempts at an API erasure before it is FAILED (the worker job retries in between).
+ERASURE_MAX_ATTEMPTS = 4
+
+
+def do_request_user_erasure(
+    project: Project | uuid.UUID, user_id: str, *, actor: Actor | str
+) -> ErasureRequest:
+    """Record an erasure of `user_id` and queue it for a worker, once this transaction commits
+    (the API's entity delete: the caller hides the memories at once in the same transaction)."""
+    from memory.extraction.tasks import erase_user
+
+    if not user_id or len(user_id) > SCOPE_MAX_LENGTH:
+        raise ValueError(f"user_id must have 1 to {SCOPE_MAX_LENGTH} characters.")
+    project_id = project.pk if isinstance(project, Project) else project
+    with project_context(project_id):
+        request = ErasureRequest.objects.create(
+            project_id=project_id,
+            subject_hash=erasure_subject_hash(project_id, "user", user_id),
+            subject_id=user_id,
+            actor=str(_as_actor(actor)),
+        )
+        args = (str(request.id), str(project_id))
+        transaction.on_commit(lambda: erase_user.send(*args))
+    return request
+
+
+def do_run_erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> bool:
+    """Carry out a requested erasure; True when the job is done (or was), False to retry.
+
+    The attempt is counted first, in its own transaction. Then, in one transaction, the user is
+    erased (do_erase_user: every store, the purge record) and the request marked SUCCEEDED with
+    the counts, its clear-text id cleared. A failure is recorded on the request; after
+    ERASURE_MAX_ATTEMPTS it is FAILED for good (the id is kept, so an operator can run
+    purge_user). Safe to run again: a finished request is left alone.
+    """
+    with project_context(project_id):
+        request = ErasureRequest.objects.select_for_update().filter(pk=request_id).first()
+        if request is None or request.status != ErasureRequest.Status.PENDING:
+            return True
+        request.attempts += 1
+        request.save(update_fields=["attempts"])
+    try:
+        with project_context(project_id):
+            request = ErasureRequest.objects.select_for_update().get(pk=request_id)
+            counts = do_erase_user(project_id, request.subject_id, actor=request.actor)
+            request.status, request.counts, request.subject_id = (
+                ErasureRequest.Status.SUCCEEDED, counts, ""
+            )  # fmt: skip
+            request.error, request.completed_at = "", timezone.now()
+            request.save()
+    except Exception as exc:
+        final = request.attempts >= ERASURE_MAX_ATTEMPTS
+        with project_context(project_id):
+            ErasureRequest.objects.filter(pk=request_id).update(
+                error=f"attempt {request.attempts}: {type(exc).__name__}",
+                status=ErasureRequest.Status.FAILED if final else ErasureRequest.Status.PENDING,
+                completed_at=timezone.now() if final else None,
+            )
+        return final
+    return True

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db.models import CharField, Count, F, IntegerField, Max, Min, Q, QuerySet, Value
 
+from audit.models import ErasureRequest
 from memory import graph
 from memory.graph.recognise import query_names
 from memory.models import (
@@ -257,3 +258,8 @@ def search_relations(
             ):
                 found.setdefault(relation.id, relation)
     return list(found.values())[:limit]
+
+
+def erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> ErasureRequest | None:
+    """An erasure asked through the API (audit.models.ErasureRequest), in the project."""
+    return ErasureRequest.objects.filter(project_id=project_id, pk=request_id).first()

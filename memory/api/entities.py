@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -51,12 +54,21 @@ def entities(request: Request) -> Response:
 
 
 @extend_schema(
-    responses=r.answers({200: r.MessageResultSerializer}, errors={400: "Unknown entity type."}),
+    responses=r.answers(
+        {200: r.MessageResultSerializer, 202: r.ErasureQueuedSerializer},
+        errors={400: "Unknown entity type."},
+    ),
     parameters=[
         OpenApiParameter("entity_type", str, OpenApiParameter.PATH, enum=list(ENTITY_TYPES)),
         r.RETRY_AFTER,
     ],
-    summary="Delete an entity (all memories of that user, agent, app or run)",
+    summary="Delete an entity: all memories of that agent, app or run; a user is erased (GDPR)",
+    description=(
+        "An agent, app or run: its memories are deleted (the soft delete), 200. A user: their "
+        "memories are hidden at once and the user is erased from every store by a worker "
+        "(the GDPR erasure of `manage.py purge_user`), 202 with the erasure's id as "
+        "`event_id`; follow it at `GET /v1/erasures/{id}/`."
+    ),
 )
 @api_view(["DELETE"])
 def delete_entity(request: Request, entity_type: str, name: str) -> Response:
@@ -65,9 +77,43 @@ def delete_entity(request: Request, entity_type: str, name: str) -> Response:
         raise serializers.ValidationError(
             f"Unknown entity type {entity_type!r}; use one of {', '.join(ENTITY_TYPES)}."
         )
-    with tenant(request) as project:
+    with tenant(request, status=202 if field == "user_id" else 200) as project:
         count = actions.do_delete_memories(
             queries.memories(project).filter(**{field: name}), actor=actor(request)
         )
+        erasure = None
+        if field == "user_id":
+            erasure = actions.do_request_user_erasure(project, name, actor=actor(request))
         note_access(request, scope={field: name}, result_count=count)
-    return Response({"message": f"Entity deleted successfully; {count} memories deleted."})
+    if erasure is None:
+        return Response({"message": f"Entity deleted successfully; {count} memories deleted."})
+    message = f"Entity deleted successfully; {count} memories hidden, erasure queued."
+    return Response(
+        {"message": message, "event_id": str(erasure.id), "status": erasure.status}, status=202
+    )
+
+
+@extend_schema(
+    responses=r.answers({200: r.ErasureSerializer}, errors={404: "No such erasure here."}),
+    parameters=[r.RETRY_AFTER],
+    summary="Status of an erasure asked with DELETE /v2/entities/user/{id}/",
+)
+@api_view(["GET"])
+def erasure_detail(request: Request, erasure_id: uuid.UUID) -> Response:
+    with tenant(request) as project:
+        found = queries.erasure(project, erasure_id)
+        if found is None:
+            raise NotFound()
+        note_access(request, result_count=1)
+    return Response(
+        {
+            "id": str(found.id),
+            "subject_kind": found.subject_kind,
+            "status": found.status,
+            "attempts": found.attempts,
+            "counts": found.counts,
+            "error": found.error or None,
+            "created_at": found.created_at.isoformat(),
+            "completed_at": found.completed_at.isoformat() if found.completed_at else None,
+        }
+    )

@@ -136,6 +136,25 @@ class MessageResultSerializer(Closed):
     message = serializers.CharField()
 
 
+class ErasureQueuedSerializer(Closed):
+    message = serializers.CharField()
+    event_id = serializers.UUIDField(help_text="The erasure request: GET /v1/erasures/{id}/.")
+    status = serializers.ChoiceField(choices=["PENDING"])
+
+
+class ErasureSerializer(Closed):
+    id = serializers.UUIDField()
+    subject_kind = serializers.ChoiceField(choices=["user"])
+    status = serializers.ChoiceField(choices=["PENDING", "SUCCEEDED", "FAILED"])
+    attempts = serializers.IntegerField()
+    counts = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Rows removed or rewritten per store."
+    )
+    error = serializers.CharField(allow_null=True, help_text="The last failure's kind, if any.")
+    created_at = serializers.DateTimeField()
+    completed_at = serializers.DateTimeField(allow_null=True)
+
+
 class DeleteAllResultSerializer(Closed):
     message = serializers.CharField()
     deleted = serializers.IntegerField(help_text="How many memories were deleted.")

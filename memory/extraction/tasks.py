@@ -9,6 +9,9 @@ import dramatiq
 from memory.extraction import pipeline
 from memory.extraction.llm import get_extractor
 
+# Retries of an erasure job: one fewer than the request's attempts, so the last attempt ends it.
+ERASURE_RETRIES = 3
+
 
 def _retry_when(retries: int, exception: BaseException) -> bool:
     """Re-queue a message only when the actor asked for it (the event row counts attempts)."""
@@ -55,3 +58,19 @@ def link_entities(project_id: str, memory_ids: list[str]) -> None:
     except (TypeError, ValueError, AttributeError):
         return
     link_mentions(project, ids)
+
+
+@dramatiq.actor(queue_name="erasures", max_retries=ERASURE_RETRIES, min_backoff=10_000,
+                time_limit=30 * 60 * 1000)  # fmt: skip
+def erase_user(request_id: str, project_id: str) -> None:
+    """Carry out an erasure asked through the API (memory.actions.do_run_erasure). A failed
+    attempt is recorded on the request and retried with backoff; after the last one the
+    request is FAILED and the message ends: it never loops."""
+    from memory import actions
+
+    try:
+        request, project = uuid.UUID(request_id), uuid.UUID(project_id)
+    except (TypeError, ValueError, AttributeError):
+        return
+    if not actions.do_run_erasure(project, request):
+        raise RuntimeError(f"erasure {request_id}: attempt failed, retrying")

@@ -217,7 +217,7 @@ class OwnershipTestCase(BaseTestCase):
         paths = ["/v2/entities/user/alice/", "/v1/entities/agent/alices-bot/"]
         messages = [self.as_charlie("delete", path).json()["message"] for path in paths]
         assert messages == [
-            "Entity deleted successfully; 1 memories deleted.",
+            "Entity deleted successfully; 1 memories hidden, erasure queued.",
             "Entity deleted successfully; 0 memories deleted.",
         ]
         self.assert_untouched()

@@ -173,6 +173,7 @@ class ApiSchemaTestCase(BaseTestCase):
             export = actions.do_create_export(
                 project, schema={}, filters=ALICE["filters"], result=[memory_data(tea)]
             )
+            erasure = actions.do_request_user_erasure(project, "erin", actor="test")
         # The graph: a relation asserted by the tea memory, another contradicted.
         alice = graph.Scope(user_id="alice")
         graph.upsert_relation(project.pk, "alice", "loves", "green tea", alice, memory_id=tea.id)
@@ -180,6 +181,7 @@ class ApiSchemaTestCase(BaseTestCase):
         graph.invalidate_relations(project.pk, alice, source="alice", destination="bike")
         cls.ids = {"tea": tea.id, "cat": cat.id, "bike": bike.id, "chess": chess.id}
         cls.ids |= {"done": done.id, "pending": pending.id, "export": export.id}
+        cls.ids |= {"erasure": erasure.id}
 
     @classmethod
     def queue(cls, text: str) -> MemoryEvent:
@@ -260,9 +262,13 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(200, "get", "/v1/entities/"),
             Sample(400, "get", "/v1/entities/?page_size=0"),
             Sample(404, "get", "/v1/entities/?page=99"),
-            Sample(200, "delete", "/v2/entities/user/carol/"),
+            Sample(202, "delete", "/v2/entities/user/carol/"),
+            Sample(200, "delete", "/v2/entities/agent/carols-bot/"),
             Sample(400, "delete", "/v2/entities/team/carol/"),
-            Sample(200, "delete", "/v1/entities/user/carol/"),
+            Sample(202, "delete", "/v1/entities/user/carol/"),
+            Sample(200, "delete", "/v1/entities/run/carols-run/"),
+            Sample(200, "get", f"/v1/erasures/{i['erasure']}/"),
+            Sample(404, "get", f"/v1/erasures/{MISSING}/"),
             Sample(400, "delete", "/v1/entities/team/carol/"),
             Sample(200, "delete", "/v1/memories/?user_id=bob"),
             Sample(400, "delete", "/v1/memories/"),
@@ -292,7 +298,11 @@ class ApiSchemaTestCase(BaseTestCase):
     def every_operation(self) -> Iterator[Sample]:
         """What any operation must answer documentedly: no key, too many requests and, if it
         takes a body, one over the size limit and one that is not JSON."""
-        values = {"memory_id": self.ids["tea"], "event_id": self.ids["done"]}
+        values = {
+            "memory_id": self.ids["tea"],
+            "event_id": self.ids["done"],
+            "erasure_id": self.ids["erasure"],
+        }
         for method, path, operation in operations():
             concrete = path.format(**values, entity_type="user", name="alice")
             takes_body = "requestBody" in operation or (method, path) in UNDECLARED_BODY

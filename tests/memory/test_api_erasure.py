@@ -1,0 +1,114 @@
+"""GDPR erasure through the API: DELETE /v2/entities/user/{id}/ hides at once, a worker erases."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from audit.models import ErasureRequest, PurgeRecord
+from memory import actions
+from memory.models import Memory
+from tenants.db import project_context
+from tests.base import BaseTestCase
+from tests.factory import add_texts, auth, make_key
+from tests.memory.test_events import start_worker, stop, wait_for
+
+
+class ApiErasureTestCase(BaseTestCase):
+    def setUp(self) -> None:
+        self.project = self.alice.key.project
+        with project_context(self.project.pk):
+            add_texts(self.project, ["Alice likes tea", "Alice lives in Oslo"], user_id="alice")
+            add_texts(self.project, ["Bob likes tea"], user_id="bob")
+
+    def rows(self, **filters: Any) -> list[str]:
+        with project_context(self.project.pk):
+            return list(Memory.objects.filter(**filters).values_list("text", flat=True))
+
+    def request_erasure(self, user: str = "alice") -> uuid.UUID:
+        with self.captureOnCommitCallbacks(execute=False) as queued:
+            response = self.call("delete", f"/v2/entities/user/{user}/")
+        assert response.status_code == 202, response.content
+        body = response.json()
+        assert (body["status"], len(queued)) == ("PENDING", 1)  # the worker job, on commit
+        return uuid.UUID(body["event_id"])
+
+    def test_the_memories_are_hidden_at_once_and_erased_by_the_job(self) -> None:
+        erasure = self.request_erasure()
+        assert self.active_texts() == {"Bob likes tea"}
+        assert len(self.rows(user_id="alice")) == 2  # hidden, not yet erased
+        assert self.call("get", f"/v1/erasures/{erasure}/").json()["status"] == "PENDING"
+
+        assert actions.do_run_erasure(self.project.pk, erasure) is True
+        assert self.rows(user_id="alice") == []
+        assert self.rows(user_id="bob") == ["Bob likes tea"]
+        status = self.call("get", f"/v1/erasures/{erasure}/").json()
+        assert (status["status"], status["attempts"], status["error"]) == ("SUCCEEDED", 1, None)
+        assert status["counts"]["memories"] == 2
+        with project_context(self.project.pk):
+            request = ErasureRequest.objects.get(pk=erasure)
+            [record] = PurgeRecord.objects.filter(project=self.project)
+        assert request.subject_id == ""  # the id in clear is gone with the rest
+        assert record.subject_hash == request.subject_hash
+        assert record.actor == f"api:{self.alice.key.prefix}"
+
+    def test_a_finished_erasure_is_left_alone(self) -> None:
+        erasure = self.request_erasure()
+        actions.do_run_erasure(self.project.pk, erasure)
+        assert actions.do_run_erasure(self.project.pk, erasure) is True
+        with project_context(self.project.pk):
+            assert PurgeRecord.objects.filter(project=self.project).count() == 1
+            assert ErasureRequest.objects.get(pk=erasure).attempts == 1
+
+    def test_purge_user_completes_a_pending_request(self) -> None:
+        erasure = self.request_erasure()
+        actions.do_erase_user(self.project, "alice", actor="command:purge_user")
+        with project_context(self.project.pk):
+            request = ErasureRequest.objects.get(pk=erasure)
+        assert (request.status, request.subject_id) == ("SUCCEEDED", "")
+        assert actions.do_run_erasure(self.project.pk, erasure) is True  # nothing left to do
+
+    def test_a_failing_erasure_ends_failed_after_its_attempts(self) -> None:
+        erasure = self.request_erasure()
+        with project_context(self.project.pk):  # a request the function refuses every time
+            ErasureRequest.objects.filter(pk=erasure).update(subject_id="")
+        outcomes = [actions.do_run_erasure(self.project.pk, erasure) for _ in range(5)]
+        assert outcomes == [False, False, False, True, True]
+        status = self.call("get", f"/v1/erasures/{erasure}/").json()
+        assert (status["status"], status["attempts"]) == ("FAILED", 4)
+        assert status["error"] == "attempt 4: ValueError"
+
+    def test_another_project_sees_no_erasure(self) -> None:
+        erasure = self.request_erasure()
+        assert self.call("get", f"/v1/erasures/{erasure}/", who=self.charlie).status_code == 404
+        assert self.call("get", f"/v1/erasures/{uuid.uuid4()}/").status_code == 404
+        assert self.call("get", "/v1/erasures/not-a-uuid/").status_code == 404
+
+    def test_agents_apps_and_runs_are_only_deleted(self) -> None:
+        with self.captureOnCommitCallbacks(execute=False) as queued:
+            response = self.call("delete", "/v2/entities/agent/alices-bot/")
+        assert (response.status_code, queued) == (200, [])
+        with project_context(self.project.pk):
+            assert not ErasureRequest.objects.exists()
+
+
+def test_a_real_worker_erases_the_user(committed_db: None, client: Any) -> None:
+    key = make_key("acme", "erasure-worker")
+    project = key.key.project
+    with project_context(project.pk):
+        add_texts(project, ["Dana's plan for Lisbon"], user_id="dana")
+    worker = start_worker()
+    try:
+        response = client.delete("/v2/entities/user/dana/", headers=auth(key.raw))
+        assert response.status_code == 202
+        erasure = response.json()["event_id"]
+
+        def status() -> str:
+            found = client.get(f"/v1/erasures/{erasure}/", headers=auth(key.raw))
+            return str(found.json()["status"])
+
+        assert wait_for(lambda: status() == "SUCCEEDED"), status()
+    finally:
+        stop(worker)
+    with project_context(project.pk):
+        assert not Memory.objects.filter(user_id="dana").exists()
