@@ -161,6 +161,21 @@ def embed_texts(
     return known
 
 
+def hold_user(project_id: uuid.UUID, user_id: str | None, *, exclusive: bool = False) -> None:
+    """Take the user's lock until the caller's transaction ends: shared by writers of the user's
+    memories (adds, extraction applying its decisions), exclusive for their erasure. So an
+    erasure waits for a write in progress and then erases what it wrote, and a write that
+    waited for an erasure finds its event gone (extraction) or writes after it (a new add)."""
+    if not user_id:
+        return
+    lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {lock}(hashtextextended(%s, 0))",  # lock: one of the two names above
+            [json.dumps(["engram.user", str(project_id), user_id])],
+        )
+
+
 def do_add_messages(
     project: Project,
     *,
@@ -184,6 +199,7 @@ def do_add_messages(
     known = embed_texts((m.content for _, m in turns), vectors)
     moment = created_at or timezone.now()
     with project_context(project.pk):
+        hold_user(project.pk, scope.get("user_id"))
         existing = _existing_by_hash(project, scope, [content_hash(m.content) for _, m in turns])
         new: list[Memory] = []
         for index, (position, message) in enumerate(turns):
@@ -629,6 +645,7 @@ def do_erase_user(
     project_id = project.pk if isinstance(project, Project) else project
     subject = erasure_subject_hash(project_id, "user", user_id)
     with project_context(project_id), connection.cursor() as cursor:
+        hold_user(project_id, user_id, exclusive=True)  # writes in progress finish first
         cursor.execute(
             "SELECT engram_erase_user(%s, %s, %s, %s, %s)",
             [project_id, user_id, subject, str(_as_actor(actor)), dry_run],

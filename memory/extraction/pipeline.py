@@ -399,6 +399,9 @@ def apply(
         vectors.update(zip(texts, embed(texts), strict=True))
     claimed = run.claim
     with project_context(claimed.project_id):
+        # Before reading the event: an erasure of the user in progress finishes first (and
+        # deletes the event, so nothing is applied), or waits for this to commit and erases it.
+        actions.hold_user(claimed.project_id, run.scope.get("user_id"))
         event = _held(claimed).select_for_update().first()
         if event is None:
             raise LostClaimError(f"event {claimed.event_id} is no longer held by this claim")

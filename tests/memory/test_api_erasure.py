@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
+
+from django.db import connection
 
 from audit.models import ErasureRequest, PurgeRecord
 from memory import actions
 from memory.models import Memory
 from tenants.db import project_context
 from tests.base import BaseTestCase
-from tests.factory import add_texts, auth, make_key
+from tests.factory import add_texts, auth, make_key, make_memory
 from tests.memory.test_events import start_worker, stop, wait_for
 
 
@@ -112,3 +115,49 @@ def test_a_real_worker_erases_the_user(committed_db: None, client: Any) -> None:
         stop(worker)
     with project_context(project.pk):
         assert not Memory.objects.filter(user_id="dana").exists()
+
+
+def waiting_advisory_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_an_erasure_waits_for_a_write_in_progress_and_erases_it(committed_db: None) -> None:
+    """An add (or an extraction applying its decisions) holds the user's lock: the erasure
+    waits for it to commit, then erases what it wrote, so nothing of the user survives."""
+    key = make_key("acme", "erasure-race")
+    project = key.key.project
+    written, release = threading.Event(), threading.Event()
+
+    def write_in_progress() -> None:
+        try:
+            with project_context(project.pk):
+                actions.hold_user(project.pk, "erin")
+                make_memory(project, "Erin's flight number is LX 318", user_id="erin")
+                written.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    erased: dict[str, int] = {}
+
+    def erase() -> None:
+        try:
+            erased.update(actions.do_erase_user(project, "erin", actor="test"))
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=write_in_progress)
+    writer.start()
+    assert written.wait(30)
+    eraser = threading.Thread(target=erase)
+    eraser.start()
+    assert wait_for(lambda: waiting_advisory_locks() > 0, 30)  # the erasure waits
+    release.set()
+    writer.join(30)
+    eraser.join(30)
+    assert erased["memories"] == 1  # the write committed first, then was erased
+    with project_context(project.pk):
+        assert not Memory.objects.filter(user_id="erin").exists()
