@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from audit.models import AccessLog, PurgeRecord
+from audit.models import AccessLog, ErasureRequest, PurgeRecord
 from memory.models import (
     Feedback,
     IdempotentRequest,
@@ -36,6 +36,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "audit_purgerecord": lambda project_id: PurgeRecord.objects.create(
         project_id=project_id, subject_kind="user", subject_hash="0" * 64, actor="test"
+    ),
+    "audit_erasurerequest": lambda project_id: ErasureRequest.objects.create(
+        project_id=project_id, subject_hash="0" * 64, subject_id="alice", actor="test"
     ),
     "memory_memory": make_memory,
     "memory_memoryhistory": lambda project_id: MemoryHistory.objects.create(
