@@ -5,6 +5,7 @@ See README.md § Configuration for the full list of variables.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -246,6 +247,22 @@ ENGRAM_MAX_TEXT_CHARS = env_int(
 ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
 # An export copies at most this many memories; a filter matching more is refused (400).
 ENGRAM_MAX_EXPORT_MEMORIES = env_int("ENGRAM_MAX_EXPORT_MEMORIES", 10_000, minimum=1)
+# Multimodal content parts (memory.parts): the worker fetches a text document's URL (txt_url,
+# mdx_url) only from these hosts, "host" (on the scheme's default port) or "host:port", exactly;
+# none by default, so every document URL is refused (400). Images and PDFs go to Claude as URLs.
+ENGRAM_FETCH_ALLOWED_HOSTS = [h.lower() for h in env_list("ENGRAM_FETCH_ALLOWED_HOSTS", [])]
+for _entry in ENGRAM_FETCH_ALLOWED_HOSTS:
+    _host = re.fullmatch(r"(\[[0-9a-f:.]+\]|[a-z0-9_.-]+)(?::([0-9]{1,5}))?", _entry)
+    if _host is None or not 0 < int(_host[2] or 80) < 65536:
+        raise ImproperlyConfigured(
+            f"ENGRAM_FETCH_ALLOWED_HOSTS: {_entry!r} is not a host or host:port (no scheme, path "
+            "or wildcard)."
+        )
+# Seconds a document fetch may take (connect, and the whole download).
+ENGRAM_FETCH_TIMEOUT = env_int("ENGRAM_FETCH_TIMEOUT", 10, minimum=1)
+# The most bytes of one part sent as base64 (an image, a text document), and of the text
+# documents of one add request together (fetched or sent).
+ENGRAM_MAX_DOCUMENT_BYTES = env_int("ENGRAM_MAX_DOCUMENT_BYTES", 512 * 1024, minimum=1024)
 # An add's Idempotency-Key is remembered this long; an older one is a new key (memory.api).
 ENGRAM_IDEMPOTENCY_HOURS = env_int("ENGRAM_IDEMPOTENCY_HOURS", 24, minimum=1)
 # Weight of search's entity signal (memories linked to entities the query names) against the

@@ -376,9 +376,23 @@ def _mark_deleted(project_id: uuid.UUID, memories: Iterable[Memory], actor: Acto
     return len(rows)
 
 
-def do_delete_memory(memory: Memory, *, actor: Actor | str) -> None:
-    """Mark a memory deleted (hidden everywhere); hard removal is GDPR erasure's job."""
-    _mark_deleted(memory.project_id, [memory], _as_actor(actor))
+def do_delete_memory(memory: Memory, *, actor: Actor | str, linked: Sequence[Memory] = ()) -> int:
+    """Mark a memory deleted (hidden everywhere); hard removal is GDPR erasure's job.
+
+    `linked`: the memories it superseded, transitively (queries.linked_for_update; Mem0's
+    delete_linked), deleted with it in the same transaction, each with its history row, so an
+    older version cannot resurface once the current one is gone. An immutable memory is deleted
+    only when named: one among `linked` refuses the whole delete. Returns how many of `linked`
+    were deleted (Mem0's cascade_count).
+    """
+    for older in linked:
+        if older.immutable:
+            raise ImmutableMemoryError(
+                f"Memory {older.id}, which {memory.id} superseded, is immutable: it is deleted "
+                "only when named. Nothing was deleted."
+            )
+    _mark_deleted(memory.project_id, [memory, *linked], _as_actor(actor))
+    return len(linked)
 
 
 def do_delete_memories(queryset: MemoryQuerySet, *, actor: Actor | str) -> int:

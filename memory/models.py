@@ -182,6 +182,15 @@ class Memory(Scoped):
                 fields=["project", "app_id"],
                 condition=models.Q(state="active"),
             ),
+            # The same for superseded rows, which reads include with latest_only=false.
+            *(
+                models.Index(
+                    name=f"memory_superseded_{kind}",
+                    fields=["project", f"{kind}_id", "created_at"],
+                    condition=models.Q(state="superseded"),
+                )
+                for kind in ("user", "agent", "app", "run")
+            ),
             models.Index(name="memory_project_hash", fields=["project", "hash"]),
             models.Index(name="memory_project_created", fields=["project", "created_at"]),
         ]

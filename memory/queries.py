@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import CharField, Count, F, IntegerField, Max, Min, Q, QuerySet, Value
 
 from audit.models import ErasureRequest
@@ -63,9 +64,17 @@ def matching(
     categories: Sequence[str] = (),
     created_from: datetime | None = None,
     created_to: datetime | None = None,
+    latest_only: bool = True,
 ) -> MemoryQuerySet:
-    """Active memories matching a compiled filter (memory.retrieval.filters) and options."""
-    queryset = memories(project_id).active().filter(where)
+    """Active memories matching a compiled filter (memory.retrieval.filters) and options;
+    with `latest_only` false, superseded ones too (Mem0's read flag; deleted ones never)."""
+    queryset = memories(project_id).filter(where)
+    if latest_only:
+        queryset = queryset.active()
+    else:
+        # An OR, not IN: each arm implies the predicate of its partial scope indexes (active
+        # ones, and memory_superseded_*), so the planner can OR two index scans.
+        queryset = queryset.filter(Q(state=Memory.State.ACTIVE) | Q(state=Memory.State.SUPERSEDED))
     if not show_expired:
         queryset = queryset.unexpired()
     if categories:
@@ -75,6 +84,46 @@ def matching(
     if created_to:
         queryset = queryset.filter(created_at__lte=created_to)
     return queryset
+
+
+# The memories each of `ids` superseded, transitively: a memory's predecessors are those whose
+# replaced_by is it (by the foreign key's index). The walk goes through deleted predecessors
+# too (a chain stays a chain), but only those not deleted are listed, nearest first.
+_LINKED = """
+WITH RECURSIVE chain(root, id, depth) AS (
+    SELECT m.replaced_by_id, m.id, 1 FROM memory_memory m
+    WHERE m.project_id = %(project)s AND m.replaced_by_id = ANY(%(ids)s::uuid[])
+  UNION ALL
+    SELECT c.root, m.id, c.depth + 1 FROM chain c
+    JOIN memory_memory m ON m.replaced_by_id = c.id AND m.project_id = %(project)s
+) CYCLE id SET looped USING path
+SELECT c.root, c.id FROM chain c JOIN memory_memory m ON m.id = c.id
+WHERE NOT c.looped AND m.state <> 'deleted'
+ORDER BY c.root, c.depth, m.created_at DESC, m.id
+"""
+
+
+def linked_memory_ids(
+    project_id: uuid.UUID, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """For each of `ids`, the project's memories it superseded, transitively, nearest first
+    (Mem0's `linked_memory_ids`): what a delete with delete_linked also deletes. One query."""
+    linked: dict[uuid.UUID, list[uuid.UUID]] = {memory_id: [] for memory_id in ids}
+    if not ids:
+        return linked
+    with connection.cursor() as cursor:
+        cursor.execute(_LINKED, {"project": project_id, "ids": list(ids)})
+        for root, memory_id in cursor.fetchall():
+            linked[root].append(memory_id)
+    return linked
+
+
+def linked_for_update(project_id: uuid.UUID, memory_id: uuid.UUID) -> list[Memory]:
+    """The memories `memory_id` superseded, transitively and not deleted, oldest first, locked
+    for the caller's transaction (a delete with delete_linked)."""
+    ids = linked_memory_ids(project_id, [memory_id])[memory_id]
+    rows = memories(project_id).light().exclude(state=Memory.State.DELETED).filter(pk__in=ids)
+    return list(rows.order_by("created_at", "id").select_for_update())
 
 
 def expired(project_id: uuid.UUID, *, before: date) -> MemoryQuerySet:

@@ -59,8 +59,9 @@ def get_memory(request: Request, memory_id: uuid.UUID) -> Memory:
 
 
 def matching(request: Request, data: dict[str, Any]) -> MemoryQuerySet:
-    """Active memories matching the validated filters (compiled by the serializer, with the
-    top-level scope ids), categories and expiry options."""
+    """Active memories (superseded ones too if latest_only is false) matching the validated
+    filters (compiled by the serializer, with the top-level scope ids), categories and expiry
+    options."""
     note_access(request, scope=scope_values(s.merged_filters(data)))
     return queries.matching(
         project_id(request),
@@ -69,6 +70,7 @@ def matching(request: Request, data: dict[str, Any]) -> MemoryQuerySet:
         categories=data.get("categories") or (),
         created_from=data.get("start_date"),
         created_to=data.get("end_date"),
+        latest_only=data.get("latest_only", True),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,11 +19,22 @@ from audit.access import note_access
 from memory import actions, queries
 from memory.api import responses as r
 from memory.api import serializers as s
-from memory.api.common import MemoryPagination, _positive, actor, get_memory, matching, tenant
+from memory.api.common import (
+    MemoryPagination,
+    _positive,
+    actor,
+    get_memory,
+    matching,
+    project_id,
+    tenant,
+)
 from memory.api.idempotency import answer_once, idempotency_key
-from memory.models import SCOPE_FIELDS, MemoryHistory
+from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
 from memory.retrieval.embeddings import embed
 from tenants.authentication import request_key
+
+# The list flags GET /v1/memories/ takes from its query string (validated by ListSerializer).
+LIST_FLAGS = ("show_expired", "latest_only", "include_merged")
 
 
 @extend_schema(
@@ -109,13 +121,19 @@ def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Res
             matching(request, serializer.validated_data).light().order_by("-created_at", "-id")
         )
         if not paged:
-            rows = [s.memory_data(m) for m in queryset[:1000]]
+            rows = memory_bodies(project_id(request), list(queryset[:1000]))
             note_access(request, result_count=len(rows))
             return Response(rows)
         paginator = MemoryPagination()
         page = paginator.paginate_queryset(queryset, request) or []
         note_access(request, result_count=len(page))
-        return paginator.get_paginated_response([s.memory_data(m) for m in page])
+        return paginator.get_paginated_response(memory_bodies(project_id(request), page))
+
+
+def memory_bodies(project: uuid.UUID, rows: Sequence[Memory]) -> list[dict[str, Any]]:
+    """The memories' bodies, each with its linked_memory_ids (one query for them all)."""
+    linked = queries.linked_memory_ids(project, [m.id for m in rows])
+    return [s.memory_data(m, linked[m.id]) for m in rows]
 
 
 @extend_schema(
@@ -147,7 +165,7 @@ def list_v2(request: Request) -> Response:
         {200: r.MEMORY_LIST},
         errors={400: "Invalid filters, scope id, page or page_size.", 404: r.PAST_THE_END},
     ),
-    parameters=[*r.SCOPE_PARAMETERS, r.SHOW_EXPIRED, *r.PAGING, r.RETRY_AFTER],
+    parameters=[*r.SCOPE_PARAMETERS, r.SHOW_EXPIRED, *r.READ_FLAGS, *r.PAGING, r.RETRY_AFTER],
     operation_id="v1_memories_list",
     summary="List memories by scope (v1: a list, or a page if page or page_size is given)",
 )
@@ -175,7 +193,7 @@ def memories_v1(request: Request) -> Response:
         return add(request)
     if request.method == "GET":
         params: dict[str, Any] = {
-            k: v for k, v in request.query_params.items() if k in (*SCOPE_FIELDS, "show_expired")
+            k: v for k, v in request.query_params.items() if k in (*SCOPE_FIELDS, *LIST_FLAGS)
         }
         if "filters" in request.query_params:
             params["filters"] = s.parse_query_filters(request.query_params["filters"])
@@ -228,22 +246,45 @@ def delete_all(request: Request) -> Response:
 )
 @extend_schema(
     methods=["DELETE"],
-    responses=r.answers({200: r.MessageResultSerializer}, errors={404: r.NO_SUCH_MEMORY}),
-    parameters=[r.RETRY_AFTER],
+    responses=r.answers(
+        {200: r.DeletedSerializer},
+        errors={
+            400: "A delete_linked that is not a boolean, or an immutable memory in the chain "
+            "(nothing deleted).",
+            404: r.NO_SUCH_MEMORY,
+        },
+    ),
+    parameters=[r.DELETE_LINKED, r.RETRY_AFTER],
     operation_id="v1_memory_delete",
-    summary="Delete one memory",
+    summary="Delete one memory (delete_linked: and those it superseded)",
 )
 @api_view(["GET", "PUT", "DELETE"])
 def memory_detail(request: Request, memory_id: uuid.UUID) -> Response:
     if request.method == "PUT":
         return update_memory(request, memory_id)
-    with tenant(request):
+    if request.method == "DELETE":
+        return delete_memory(request, memory_id)
+    with tenant(request) as project:
         memory = get_memory(request, memory_id)
         note_access(request, scope=memory.scope, result_count=1)
-        if request.method == "GET":
-            return Response(s.memory_data(memory))
-        actions.do_delete_memory(memory, actor=actor(request))
-    return Response({"message": "Memory deleted successfully!"})
+        return Response(memory_bodies(project, [memory])[0])
+
+
+def delete_memory(request: Request, memory_id: uuid.UUID) -> Response:
+    """One memory; with delete_linked, also those it superseded, transitively (Mem0)."""
+    # A plain dict: a QueryDict would make an empty value mean "not given".
+    flags = s.DeleteSerializer(data=request.query_params.dict())
+    flags.is_valid(raise_exception=True)
+    cascade = flags.validated_data["delete_linked"]
+    with tenant(request) as project:
+        memory = get_memory(request, memory_id)
+        linked = queries.linked_for_update(project, memory.id) if cascade else []
+        count = actions.do_delete_memory(memory, actor=actor(request), linked=linked)
+        note_access(request, scope=memory.scope, result_count=1 + count)
+    body: dict[str, Any] = {"message": "Memory deleted successfully!"}
+    if cascade:
+        body["cascade_count"] = count  # Mem0 answers it only when asked to cascade
+    return Response(body)
 
 
 def update_memory(request: Request, memory_id: uuid.UUID) -> Response:
@@ -251,7 +292,7 @@ def update_memory(request: Request, memory_id: uuid.UUID) -> Response:
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
     vector = embed([data["text"]])[0] if data["text"] is not None else None
-    with tenant(request):
+    with tenant(request) as project:
         memory = get_memory(request, memory_id)
         note_access(request, scope=memory.scope, result_count=1)
         updated = actions.do_update_memory(
@@ -265,7 +306,7 @@ def update_memory(request: Request, memory_id: uuid.UUID) -> Response:
             if "timestamp" in data
             else None,
         )
-        return Response(s.memory_data(updated))
+        return Response(memory_bodies(project, [updated])[0])
 
 
 def history_data(row: MemoryHistory) -> dict[str, Any]:

@@ -41,6 +41,12 @@ class MemorySerializer(Closed):
     synthesized = serializers.BooleanField(help_text="Always false.")
     lifecycle_state = serializers.ChoiceField(choices=Memory.State.choices)
     event_id = serializers.UUIDField(allow_null=True, help_text="The add request it came from.")
+    linked_memory_ids = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        help_text="The memories this one superseded, transitively, nearest first (what "
+        "delete_linked also deletes). On the REST reads; not in exports.",
+    )
 
 
 class ScoreBreakdownSerializer(Closed):
@@ -153,6 +159,15 @@ class ErasureSerializer(Closed):
     error = serializers.CharField(allow_null=True, help_text="The last failure's kind, if any.")
     created_at = serializers.DateTimeField()
     completed_at = serializers.DateTimeField(allow_null=True)
+
+
+class DeletedSerializer(Closed):
+    message = serializers.CharField()
+    cascade_count = serializers.IntegerField(
+        required=False,
+        help_text="With delete_linked=true only: how many older memories it superseded were "
+        "deleted with it.",
+    )
 
 
 class DeleteAllResultSerializer(Closed):
@@ -351,6 +366,20 @@ SCOPE_PARAMETERS = [
     OpenApiParameter(name, str, description='An id, or "*" for any.') for name in SCOPE_FIELDS
 ] + [OpenApiParameter("filters", str, description="A filter object: JSON or a Python dict.")]
 SHOW_EXPIRED = OpenApiParameter("show_expired", bool)
+READ_FLAGS = [
+    OpenApiParameter(
+        "latest_only",
+        bool,
+        description="True (the default): active memories only. False: also superseded ones.",
+    ),
+    OpenApiParameter("include_merged", bool, description="No effect: engram never merges."),
+]
+DELETE_LINKED = OpenApiParameter(
+    "delete_linked",
+    bool,
+    description="Also delete, transitively, the memories this one superseded; the answer then "
+    "carries cascade_count.",
+)
 
 
 # -- the graph (memory/api/graph.py, and search with enable_graph) ------------------------------

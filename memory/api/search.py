@@ -1,5 +1,9 @@
 """Search: v3 answers an envelope {"results": [...]}, v1 and v2 a bare list; with enable_graph
-all three answer {"results": [...], "relations": [...]}."""
+all three answer {"results": [...], "relations": [...]}.
+
+latest_only=false also searches superseded memories (queries.matching); include_merged and
+keyword_search are accepted and change nothing (engram never merges; keywords always count).
+"""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ def search(request: Request, *, envelope: bool) -> Response:
             embedding=embedding,
         )  # fmt: skip
         note_access(request, result_count=len(results))
+        linked = queries.linked_memory_ids(project, [hit.memory.id for hit in results])
         # enable_graph: the relations behind the results, and the entities the query names.
         relations = (
             queries.search_relations(
@@ -43,7 +48,7 @@ def search(request: Request, *, envelope: bool) -> Response:
         )
     items = [
         {
-            **s.memory_data(r.memory),
+            **s.memory_data(r.memory, linked[r.memory.id]),
             "score": round(r.score.score, 6),
             "score_breakdown": {
                 "semantic": round(r.score.semantic, 6),

@@ -5,7 +5,10 @@ Response shapes are documented in responses.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +21,15 @@ from config.inputs import UnsafeInputError, parse_json, parse_python_literal
 from memory.actions import Message
 from memory.graph import MAX_DEPTH, MAX_LIMIT
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory
+from memory.parts import (
+    MAX_PARTS,
+    PART_TYPES,
+    Part,
+    PartError,
+    may_fetch,
+    parse_part,
+    refuse_fetch,
+)
 from memory.retrieval.filters import FilterError, compile_filters
 
 ROLES = ("user", "assistant", "system", "tool")
@@ -145,6 +157,22 @@ class FilteredMixin(ScopeMixin):
         return attrs
 
 
+class ReadFlagsMixin(serializers.Serializer[dict[str, Any]]):
+    """Mem0's read flags over superseded and merged memories (search and list alike)."""
+
+    latest_only = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="True (engram's default): active memories only. False: also the memories an "
+        "update superseded, each with lifecycle_state `superseded` and `replaced_by`.",
+    )
+    include_merged = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Accepted for Mem0 clients; no effect: engram never merges memories.",
+    )
+
+
 def scope_of(data: dict[str, Any]) -> dict[str, str | None]:
     """Scope ids given top-level, or as plain values inside `filters`."""
     filters = data.get("filters") or {}
@@ -171,9 +199,42 @@ def validate_metadata(value: Any) -> dict[str, Any]:
     return value
 
 
+@dataclasses.dataclass(frozen=True)
+class PartMessage(Message):
+    """A message whose content is one multimodal part (memory.parts); `content` is the part's
+    placeholder text. Only extraction (infer=true) reads parts."""
+
+    part: Part = dataclasses.field(kw_only=True)
+
+
+PART_SCHEMA = {
+    "type": "object",
+    "description": 'One multimodal part (infer=true only): {"type": T, T: {"url": ...}}.',
+    "properties": {"type": {"type": "string", "enum": list(PART_TYPES)}},
+    "required": ["type"],
+}
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, PART_SCHEMA]})
+class ContentField(serializers.Field):  # type: ignore[type-arg]
+    """A message's content: text (TextField's rules), or one multimodal part object."""
+
+    def to_internal_value(self, data: Any) -> str | Part:
+        if isinstance(data, dict):
+            try:
+                return parse_part(data)
+            except PartError as exc:
+                raise serializers.ValidationError(str(exc)) from None
+        text: str = TextField(allow_blank=False).run_validation(data)
+        return text
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class MessageSerializer(serializers.Serializer[dict[str, Any]]):
     role = serializers.ChoiceField(choices=ROLES)
-    content = TextField(allow_blank=False)
+    content = ContentField()
     name = serializers.CharField(required=False, allow_blank=True, max_length=SCOPE_MAX_LENGTH)
 
 
@@ -182,7 +243,8 @@ class MessageSerializer(serializers.Serializer[dict[str, Any]]):
         "oneOf": [
             {"type": "string"},
             {"type": "array", "items": {"type": "object", "properties": {
-                "role": {"type": "string", "enum": list(ROLES)}, "content": {"type": "string"},
+                "role": {"type": "string", "enum": list(ROLES)},
+                "content": {"oneOf": [{"type": "string"}, PART_SCHEMA]},
                 "name": {"type": "string"}}, "required": ["role", "content"]}},
         ]
     }
@@ -204,8 +266,17 @@ class MessagesField(serializers.Field):  # type: ignore[type-arg]
         messages = MessageSerializer(data=data, many=True)
         if not messages.is_valid():
             raise serializers.ValidationError(messages.errors)
+        parts = sum(isinstance(m["content"], Part) for m in messages.validated_data)
+        if parts > MAX_PARTS:
+            raise serializers.ValidationError(
+                f"has {parts} content parts (image_url, pdf_url, txt_url, mdx_url); "
+                f"the limit is {MAX_PARTS}."
+            )
         return [
-            Message(m["role"], m["content"], m.get("name", "")) for m in messages.validated_data
+            PartMessage(m["role"], content.placeholder(), m.get("name", ""), part=content)
+            if isinstance(content := m["content"], Part)
+            else Message(m["role"], content, m.get("name", ""))
+            for m in messages.validated_data
         ]
 
     def to_representation(self, value: Any) -> Any:
@@ -266,6 +337,7 @@ class AddSerializer(ScopeMixin):
             raise serializers.ValidationError(
                 f"{wildcard[0]} '*' matches any value in filters; a memory needs a real id."
             )
+        validate_parts(attrs["messages"], infer=attrs["infer"])
         return attrs
 
     def event_payload(self, project_instructions: str, project_categories: Any) -> dict[str, Any]:
@@ -274,7 +346,12 @@ class AddSerializer(ScopeMixin):
         expiration = data.get("expiration_date")
         return {
             "messages": [
-                {"role": m.role, "content": m.content, "name": m.name} for m in data["messages"]
+                {
+                    "role": m.role,
+                    "content": m.part.as_json() if isinstance(m, PartMessage) else m.content,
+                    "name": m.name,
+                }
+                for m in data["messages"]
             ],
             "scope": self.scope(),
             "metadata": data.get("metadata") or {},
@@ -295,6 +372,27 @@ class AddSerializer(ScopeMixin):
         return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
 
 
+def validate_parts(messages: Sequence[Message], *, infer: bool) -> None:
+    """Content parts need extraction (infer=true), and a document URL an allowed host."""
+    for index, message in enumerate(messages):
+        if not isinstance(message, PartMessage):
+            continue
+        part = message.part
+        if not infer:
+            raise serializers.ValidationError({"messages": {str(index): {"content": [
+                f"{part.type} content needs infer=true: with infer=false messages are stored "
+                "verbatim, and only text can be."]}}})  # fmt: skip
+        if part.is_document and part.url and not may_fetch(part.url):
+            raise serializers.ValidationError(
+                {"messages": {str(index): {"content": [refuse_fetch(part.url, part.type)]}}}
+            )
+    sent = sum(m.part.size for m in messages if isinstance(m, PartMessage) and m.part.is_document)
+    if sent > settings.ENGRAM_MAX_DOCUMENT_BYTES:
+        raise serializers.ValidationError({"messages": [
+            f"the text documents sent as base64 are {sent} bytes together; the limit is "
+            f"{settings.ENGRAM_MAX_DOCUMENT_BYTES} (ENGRAM_MAX_DOCUMENT_BYTES)."]})  # fmt: skip
+
+
 def category_names(value: Any) -> list[str]:
     """Mem0 sends categories as names or as [{"name": "description"}]; keep the names."""
     names: list[str] = []
@@ -306,7 +404,7 @@ def category_names(value: Any) -> list[str]:
     return names
 
 
-class SearchSerializer(FilteredMixin):
+class SearchSerializer(ReadFlagsMixin, FilteredMixin):
     query = serializers.CharField(trim_whitespace=True, max_length=4000)
     filters = serializers.JSONField(required=False, allow_null=True)
     top_k = serializers.IntegerField(required=False, default=20, min_value=1, max_value=1000)
@@ -322,6 +420,12 @@ class SearchSerializer(FilteredMixin):
         default=False,
         help_text="Also answer with `relations`: the graph's relations behind the results and "
         "those touching entities the query names; the answer is then an object on every version.",
+    )
+    keyword_search = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Accepted for Mem0 clients; no effect: every search already ranks by keywords "
+        "as well as by meaning (what Mem0's flag turns on).",
     )
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
@@ -367,7 +471,7 @@ class GraphListSerializer(GraphFilterMixin):
     """GET /v1/graph/: the query string's scope ids, filters (parsed) and include_invalid."""
 
 
-class ListSerializer(FilteredMixin):
+class ListSerializer(ReadFlagsMixin, FilteredMixin):
     filters = serializers.JSONField(required=False, allow_null=True)
     categories = serializers.ListField(
         child=serializers.CharField(max_length=SCOPE_MAX_LENGTH), required=False, max_length=100
@@ -378,6 +482,17 @@ class ListSerializer(FilteredMixin):
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
         return validate_filters(value)
+
+
+class DeleteSerializer(serializers.Serializer[dict[str, Any]]):
+    """DELETE /v1/memories/{id}/'s query string."""
+
+    delete_linked = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also delete, transitively, the memories this one superseded "
+        "(`linked_memory_ids`); the answer then carries `cascade_count`.",
+    )
 
 
 class UpdateSerializer(serializers.Serializer[dict[str, Any]]):
@@ -454,8 +569,9 @@ class ExportGetSerializer(serializers.Serializer[dict[str, Any]]):
     filters = BoundedJSONField(required=False, allow_null=True)
 
 
-def memory_data(memory: Memory) -> dict[str, Any]:
-    return {
+def memory_data(memory: Memory, linked: Sequence[uuid.UUID] | None = None) -> dict[str, Any]:
+    """A memory's body; `linked` (queries.linked_memory_ids) adds `linked_memory_ids`."""
+    data = {
         "id": str(memory.id),
         "memory": memory.text,
         "user_id": memory.user_id,
@@ -478,3 +594,6 @@ def memory_data(memory: Memory) -> dict[str, Any]:
         "lifecycle_state": memory.state,
         "event_id": str(memory.source_event_id) if memory.source_event_id else None,
     }
+    if linked is not None:
+        data["linked_memory_ids"] = [str(i) for i in linked]
+    return data

@@ -31,8 +31,18 @@ from datetime import UTC, date, datetime
 from typing import Any, Literal, Protocol
 
 import httpx
-from anthropic.types import MessageParam, ToolChoiceToolParam, ToolParam
+from anthropic.types import (
+    ContentBlockParam,
+    DocumentBlockParam,
+    ImageBlockParam,
+    MessageParam,
+    TextBlockParam,
+    ToolChoiceToolParam,
+    ToolParam,
+)
 from pydantic import BaseModel, Field, ValidationError
+
+from memory.parts import IMAGE, PDF, Part
 
 Event = Literal["ADD", "UPDATE", "DELETE", "NONE"]
 
@@ -45,7 +55,8 @@ class ModelOutputError(RuntimeError):
 class Turn:
     position: int
     role: str
-    content: str
+    content: str  # for a multimodal part, its placeholder ("[image: URL]")
+    part: Part | None = None  # an image or PDF of a new message (text documents are read first)
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,8 @@ def self_reference(name: str, self_name: str | None) -> str | None:
 
 class Extractor(Protocol):
     name: str
+    # Whether extract and procedure see images and PDFs (else they are skipped, with a note).
+    reads_attachments: bool
 
     def extract(self, context: Context) -> tuple[list[Fact], Usage]: ...
 
@@ -416,6 +429,7 @@ def no_long_retry_waits(response: httpx.Response) -> None:
 
 class ClaudeExtractor:
     name = "claude"
+    reads_attachments = True
 
     def __init__(
         self,
@@ -441,8 +455,14 @@ class ClaudeExtractor:
             ),
         )
 
-    def _call(self, system: str, prompt: str, tool: ToolParam) -> tuple[dict[str, Any], Usage]:
-        messages: list[MessageParam] = [{"role": "user", "content": prompt}]
+    def _call(
+        self, system: str, prompt: str, tool: ToolParam, attached: Sequence[Turn] = ()
+    ) -> tuple[dict[str, Any], Usage]:
+        """One forced tool call; the images and PDFs of `attached` follow the prompt as blocks."""
+        blocks = attachment_blocks(attached)
+        text: TextBlockParam = {"type": "text", "text": prompt}
+        content: str | list[ContentBlockParam] = [text, *blocks] if blocks else prompt
+        messages: list[MessageParam] = [{"role": "user", "content": content}]
         choice: ToolChoiceToolParam = {"type": "tool", "name": tool["name"]}
         response = self.client.messages.create(
             model=self.model,
@@ -467,7 +487,9 @@ class ClaudeExtractor:
             subject_word="The agent" if context.about_agent else "User",
             observed_on=context.observed_on.isoformat(),
         )
-        data, usage = self._call(system, extraction_prompt(context), EXTRACT_TOOL)
+        data, usage = self._call(
+            system, extraction_prompt(context), EXTRACT_TOOL, context.new_messages
+        )
         try:
             parsed = _Facts.model_validate(data)
         except ValidationError as exc:
@@ -568,7 +590,9 @@ def _numbered(facts: Sequence[Fact]) -> str:
 
 
 def _claude_procedure(extractor: ClaudeExtractor, context: Context) -> tuple[str, Usage]:
-    data, usage = extractor._call(PROCEDURE_SYSTEM, extraction_prompt(context), PROCEDURE_TOOL)
+    data, usage = extractor._call(
+        PROCEDURE_SYSTEM, extraction_prompt(context), PROCEDURE_TOOL, context.new_messages
+    )
     try:
         return _Procedure.model_validate(data).summary.strip(), usage
     except ValidationError as exc:
@@ -612,6 +636,37 @@ def extraction_prompt(context: Context) -> str:
     if context.excludes:
         parts.append(f"## Never remember\n{context.excludes}")
     return "\n\n".join(parts)
+
+
+ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+IMAGE_MEDIA_TYPES: dict[str, ImageMediaType] = {
+    "image/jpeg": "image/jpeg", "image/png": "image/png", "image/gif": "image/gif",
+    "image/webp": "image/webp",
+}  # fmt: skip
+
+
+def attachment_blocks(turns: Sequence[Turn]) -> list[ContentBlockParam]:
+    """The images and PDFs of `turns` as Messages API blocks, each after a line naming its
+    message: URLs as URL sources (Claude fetches them; engram does not), data as base64."""
+    blocks: list[ContentBlockParam] = []
+    for turn in turns:
+        part = turn.part
+        if part is None or part.type not in (IMAGE, PDF):
+            continue
+        label = "image" if part.type == IMAGE else "PDF"
+        blocks.append({"type": "text", "text": f"The {label} of message [{turn.position}]:"})
+        if part.type == PDF:
+            document: DocumentBlockParam = {
+                "type": "document", "source": {"type": "url", "url": part.url}
+            }  # fmt: skip
+            blocks.append(document)
+            continue
+        image: ImageBlockParam = {"type": "image", "source": {"type": "url", "url": part.url}}
+        if part.data:
+            media_type = IMAGE_MEDIA_TYPES[part.media_type]
+            image["source"] = {"type": "base64", "media_type": media_type, "data": part.data}
+        blocks.append(image)
+    return blocks
 
 
 def _turns(turns: Sequence[Turn]) -> str:
@@ -703,13 +758,14 @@ class OfflineExtractor:
     """
 
     name = "offline"
+    reads_attachments = False
 
     def extract(self, context: Context) -> tuple[list[Fact], Usage]:
         speaker = "assistant" if context.about_agent else "user"
         facts: list[Fact] = []
         seen: set[str] = set()
         for turn in context.new_messages:
-            if turn.role != speaker:
+            if turn.role != speaker or turn.part is not None:  # text only: parts are skipped
                 continue
             for sentence in SENTENCE.split(turn.content.strip()):
                 text = sentence.strip()

@@ -40,6 +40,7 @@ from pgvector.django import CosineDistance
 
 from memory import actions, graph
 from memory.actions import Actor, GraphAssertion, NewMemory
+from memory.extraction.documents import read_documents
 from memory.extraction.llm import (
     Context,
     Decision,
@@ -54,6 +55,7 @@ from memory.extraction.llm import (
     Usage,
 )
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary, content_hash
+from memory.parts import describe, parse_part
 from memory.queries import scope_lookup, scope_memories
 from memory.retrieval.embeddings import Vectors, embed
 from tenants.db import project_context
@@ -231,9 +233,12 @@ def run(claimed: Claim, extractor: Extractor) -> None:
         event = MemoryEvent.objects.get(pk=claimed.event_id)
         scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
         context = build_context(event, scope)
+    # Text documents are fetched (or decoded) here, outside any transaction.
+    context = read_documents(context, lambda: renew(claimed))
     job = Run(claimed, scope, started, Usage(), extractor.name)
+    notes = skipped_parts(context, extractor)
     if event.payload.get("memory_type") == "procedural_memory":
-        store_procedure(event, job, context, extractor)
+        store_procedure(event, job, context, extractor, notes)
         return
     try:
         renew(claimed)
@@ -258,7 +263,19 @@ def run(claimed: Claim, extractor: Extractor) -> None:
     ]
     plan = plan_graph(job, facts, chosen, extractor)
     renew(claimed)
-    apply(job, prepared, chosen, decisions.rejected if decisions else [], plan=plan)
+    apply(job, prepared, chosen, notes + (decisions.rejected if decisions else []), plan=plan)
+
+
+def skipped_parts(context: Context, extractor: Extractor) -> list[str]:
+    """The event's notes on the images and PDFs an extractor without a model cannot read."""
+    if extractor.reads_attachments:
+        return []
+    return [
+        f"message {turn.position}: {turn.part.type} skipped, the {extractor.name} extractor "
+        "reads text only (images and PDFs need ANTHROPIC_API_KEY)"
+        for turn in context.new_messages
+        if turn.part is not None
+    ]
 
 
 def self_name(scope: dict[str, Any]) -> str | None:
@@ -310,7 +327,9 @@ def plan_graph(
     return plan
 
 
-def store_procedure(event: MemoryEvent, job: Run, context: Context, extractor: Extractor) -> None:
+def store_procedure(
+    event: MemoryEvent, job: Run, context: Context, extractor: Extractor, notes: list[str]
+) -> None:
     """Procedural memory: one summary of the agent's steps, stored as one memory (as Mem0)."""
     try:
         renew(job.claim)
@@ -323,18 +342,34 @@ def store_procedure(event: MemoryEvent, job: Run, context: Context, extractor: E
     metadata = {**(event.payload.get("metadata") or {}), "memory_type": "procedural_memory"}
     prepared = Prepared([fact], embed([summary]), {}, [[]])
     renew(job.claim)
-    apply(job, prepared, [decision], [], metadata=metadata)
+    apply(job, prepared, [decision], notes, metadata=metadata)
+
+
+def message_turn(position: int, message: dict[str, Any], *, with_part: bool = True) -> Turn:
+    """A payload message as the extractor sees it: its text, or for a multimodal part its
+    placeholder and, `with_part`, the part itself (checked again: the payload is input)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return Turn(position, message["role"], content)
+    if not with_part:
+        return Turn(position, message["role"], describe(content))
+    part = parse_part(content)
+    return Turn(position, message["role"], part.placeholder(), part)
 
 
 def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
+    """The new messages (with their parts), and as text only: the scope's last messages, its
+    running summary, the observation date and the request's instructions."""
     payload = event.payload
-    new = [Turn(i, m["role"], m["content"]) for i, m in enumerate(payload["messages"])]
+    new = [message_turn(i, m) for i, m in enumerate(payload["messages"])]
     earlier = MemoryEvent.objects.filter(
         status=MemoryEvent.Status.SUCCEEDED, created_at__lt=event.created_at, **scope_lookup(scope)
     ).order_by("-created_at")[:3]
     recent: list[Turn] = []
     for previous in earlier:
-        recent = [Turn(-1, m["role"], m["content"]) for m in previous.payload["messages"]] + recent
+        recent = [
+            message_turn(-1, m, with_part=False) for m in previous.payload["messages"]
+        ] + recent
     observed = payload.get("timestamp")
     observed_on = (
         datetime.fromtimestamp(observed, tz=UTC).date() if observed else event.created_at.date()
@@ -620,7 +655,7 @@ def refresh_summary(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extra
         event = MemoryEvent.objects.get(pk=event_id)
         scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
         current = ScopeSummary.objects.filter(project_id=project_id, **scope_lookup(scope)).first()
-    turns = [Turn(i, m["role"], m["content"]) for i, m in enumerate(event.payload["messages"])]
+    turns = [message_turn(i, m, with_part=False) for i, m in enumerate(event.payload["messages"])]
     text, _ = extractor.summarize(current.text if current else "", turns)
     if text is None:
         return

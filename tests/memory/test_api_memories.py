@@ -106,9 +106,10 @@ class MemoriesTestCase(BaseTestCase):
 
     def test_it_lists_in_a_fixed_number_of_queries(self) -> None:
         self.call("post", "/v3/memories/", {"filters": {"user_id": "alice"}})
-        with self.assertNumQueries(8):
+        with self.assertNumQueries(9):
             # 1 key (no transaction yet), then the view's tenant transaction: (savepoint)
-            # 2 tenant, 3 count, 4 page without vectors, 5 access log, (tenant restored,
-            # release). The savepoint and the restore exist only because the test itself runs
-            # in a transaction; a real request runs 1-5 and a commit.
+            # 2 tenant, 3 count, 4 page without vectors, 5 the page's linked_memory_ids,
+            # 6 access log, (tenant restored, release). The savepoint and the restore exist
+            # only because the test itself runs in a transaction; a real request runs 1-6 and
+            # a commit.
             self.call("post", "/v3/memories/", {"filters": {"user_id": "alice"}})

@@ -48,6 +48,7 @@ BASE = "urn:engram:openapi"
 MISSING = uuid.UUID("00000000-0000-4000-8000-000000000000")
 ALICE = {"filters": {"user_id": "alice"}}
 GRAPH = {"enable_graph": True}
+ALL = {"latest_only": False, "include_merged": True, "keyword_search": True}
 TRAVERSE = {"entity": "alice", **ALICE}
 NEW_FACT = {"messages": "I drink oolong", "user_id": "alice", "infer": False}
 OTHER_FACT = {"messages": "I drink sencha", "user_id": "alice", "infer": False}
@@ -165,6 +166,12 @@ class ApiSchemaTestCase(BaseTestCase):
                 ["I love green tea", "My cat is Tom", "I ride a red bike", "I play chess"],
                 user_id="alice",
             )
+            (puppy,) = add_texts(project, ["My dog is a puppy"], user_id="alice")
+            dog = actions.do_supersede_memory(
+                puppy,
+                actions.NewMemory("My dog is grown up", puppy.embedding, puppy.scope, {}, []),
+                actor=actions.Actor.command("schema-test"),
+            )
             add_texts(project, ["Bob keeps bees"], user_id="bob")
             add_texts(project, ["Carol sails"], user_id="carol")
             done = cls.queue("I moved to Lisbon last year.")
@@ -179,7 +186,7 @@ class ApiSchemaTestCase(BaseTestCase):
         graph.upsert_relation(project.pk, "alice", "loves", "green tea", alice, memory_id=tea.id)
         graph.upsert_relation(project.pk, "alice", "rides", "bike", alice, memory_id=bike.id)
         graph.invalidate_relations(project.pk, alice, source="alice", destination="bike")
-        cls.ids = {"tea": tea.id, "cat": cat.id, "bike": bike.id, "chess": chess.id}
+        cls.ids = {"tea": tea.id, "cat": cat.id, "bike": bike.id, "chess": chess.id, "dog": dog.id}
         cls.ids |= {"done": done.id, "pending": pending.id, "export": export.id}
         cls.ids |= {"erasure": erasure.id}
 
@@ -246,6 +253,12 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(404, "post", "/v1/feedback/", {"memory_id": str(MISSING)}),
             Sample(200, "delete", f"/v1/memories/{i['bike']}/"),
             Sample(404, "delete", f"/v1/memories/{i['bike']}/"),
+            # The dog memory superseded an older one: read both, then delete the chain.
+            Sample(200, "post", "/v3/memories/search/", {"query": "dog", **ALICE, **ALL}),
+            Sample(200, "post", "/v3/memories/", {**ALICE, **ALL}),
+            Sample(200, "get", "/v1/memories/?user_id=alice&latest_only=false"),
+            Sample(400, "delete", f"/v1/memories/{i['dog']}/?delete_linked=maybe"),
+            Sample(200, "delete", f"/v1/memories/{i['dog']}/?delete_linked=true"),
             Sample(
                 200, "put", "/v1/batch/", {"memories": [{"memory_id": i["cat"], "text": "Tim"}]}
             ),
@@ -396,7 +409,7 @@ class ApiSchemaTestCase(BaseTestCase):
             event = MemoryEvent.objects.get(pk=self.ids["done"])
         assert row is not None
         assert event.results  # the processed add: its results are checked by the samples too
-        assert list(memory_data(memory)) == list(r.MemorySerializer().fields)
+        assert list(memory_data(memory, [])) == list(r.MemorySerializer().fields)
         assert list(history_data(row)) == list(r.HistoryEntrySerializer().fields)
         assert list(event_data(event)) == list(r.EventSerializer().fields)
 

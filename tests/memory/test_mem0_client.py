@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 
 from audit.models import AccessLog
+from memory import actions
+from memory.models import Memory
+from memory.retrieval.embeddings import embed
 from tenants.db import project_context
 from tests.factory import make_key
 
@@ -125,3 +128,67 @@ def test_the_clients_identity_headers_reach_the_access_log(
         assert client_headers["X-Mem0-Client"].startswith("mem0-python/")
         assert client_headers["X-Mem0-Source"] == "engram-tests"
         assert client_headers["X-Application"] == "identity-check"
+
+
+def supersede(project_id: uuid.UUID, memory_id: str, text: str) -> str:
+    """Replace a memory as an extraction UPDATE does (the old one kept, superseded)."""
+    with project_context(project_id):
+        old = Memory.objects.get(pk=memory_id)
+        new = actions.NewMemory(text, embed([text])[0], old.scope, {}, [])
+        return str(actions.do_supersede_memory(old, new, actor=actions.Actor.command("test")).id)
+
+
+def test_the_read_flags_and_delete_linked_through_the_client(
+    live_api: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MEM0_TELEMETRY", "False")
+    monkeypatch.setenv("MEM0_DIR", str(tmp_path))
+    from mem0 import MemoryClient
+    from mem0.exceptions import MemoryNotFoundError
+
+    key = make_key("acme", "client-flags")
+    client = MemoryClient(host=live_api, api_key=key.raw)
+    try:
+        (paris,) = add(client, ["I live in Paris"], "alice")
+        lyon = supersede(key.key.project_id, paris["id"], "I moved to Lyon")
+        nice = supersede(key.key.project_id, lyon, "I moved to Nice")
+        alice = {"user_id": "alice"}
+
+        def texts(found: dict[str, Any]) -> list[str]:
+            return sorted(item["memory"] for item in found["results"])
+
+        # The client's defaults send no flag: the latest version only.
+        assert texts(client.get_all(filters=alice)) == ["I moved to Nice"]
+        assert texts(client.search("where do I live?", filters=alice)) == ["I moved to Nice"]
+        everything = ["I live in Paris", "I moved to Lyon", "I moved to Nice"]
+        assert texts(client.get_all(filters=alice, latest_only=False)) == everything
+        found = client.search(
+            "where do I live?", filters=alice, latest_only=False, keyword_search=True,
+            include_merged=True, threshold=0.0,
+        )  # fmt: skip
+        assert texts(found) == everything
+        assert texts(client.get_all(filters=alice, latest_only=True)) == ["I moved to Nice"]
+        current = client.get(nice)
+        assert (current["lifecycle_state"], current["linked_memory_ids"]) == (
+            "active",
+            [lyon, paris["id"]],
+        )
+        assert (client.get(lyon)["lifecycle_state"], client.get(lyon)["replaced_by"]) == (
+            "superseded",
+            nice,
+        )
+
+        assert client.delete(nice, delete_linked=True) == {
+            "message": "Memory deleted successfully!",
+            "cascade_count": 2,
+        }
+        for memory_id in (paris["id"], lyon, nice):
+            with pytest.raises(MemoryNotFoundError):
+                client.get(memory_id)
+        assert client.get_all(filters=alice, latest_only=False)["results"] == []
+
+        # Without the flag the client sends none, and the answer has no cascade_count.
+        (tea,) = add(client, ["I drink tea"], "alice")
+        assert client.delete(tea["id"]) == {"message": "Memory deleted successfully!"}
+    finally:
+        client.client.close()
