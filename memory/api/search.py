@@ -37,7 +37,13 @@ def search(request: Request, *, envelope: bool) -> Response:
             embedding=embedding,
         )  # fmt: skip
         note_access(request, result_count=len(results))
-        linked = queries.linked_memory_ids(project, [hit.memory.id for hit in results])
+        # The lineage of what was found, when superseded versions are asked for: a default
+        # search (latest only) is on every LLM call's path and skips this query.
+        linked = (
+            queries.linked_memory_ids(project, [hit.memory.id for hit in results])
+            if not data.get("latest_only", True)
+            else {}
+        )
         # enable_graph: the relations behind the results, and the entities the query names.
         relations = (
             queries.search_relations(
@@ -48,7 +54,7 @@ def search(request: Request, *, envelope: bool) -> Response:
         )
     items = [
         {
-            **s.memory_data(r.memory, linked[r.memory.id]),
+            **s.memory_data(r.memory, linked.get(r.memory.id)),
             "score": round(r.score.score, 6),
             "score_breakdown": {
                 "semantic": round(r.score.semantic, 6),
