@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     env_bool,
     env_choice,
+    env_float,
     env_int,
     env_list,
     env_optional,
@@ -267,12 +268,7 @@ ENGRAM_MAX_DOCUMENT_BYTES = env_int("ENGRAM_MAX_DOCUMENT_BYTES", 512 * 1024, min
 ENGRAM_IDEMPOTENCY_HOURS = env_int("ENGRAM_IDEMPOTENCY_HOURS", 24, minimum=1)
 # Weight of search's entity signal (memories linked to entities the query names) against the
 # keyword (1.0) and semantic (0.5) signals; 0 turns it off (memory.retrieval.search).
-try:
-    ENGRAM_SEARCH_ENTITY_WEIGHT = float(env_str("ENGRAM_SEARCH_ENTITY_WEIGHT", "0.5"))
-except ValueError as error:
-    raise ImproperlyConfigured("ENGRAM_SEARCH_ENTITY_WEIGHT must be a number") from error
-if not 0 <= ENGRAM_SEARCH_ENTITY_WEIGHT <= 10:
-    raise ImproperlyConfigured("ENGRAM_SEARCH_ENTITY_WEIGHT must be from 0 to 10")
+ENGRAM_SEARCH_ENTITY_WEIGHT = env_float("ENGRAM_SEARCH_ENTITY_WEIGHT", 0.5, minimum=0, maximum=10)
 
 # --- Extraction (Claude) and the job queue ----------------------------------------------------
 # Without a key, a deterministic offline extractor stands in (see memory/extraction/llm.py).
@@ -284,6 +280,13 @@ ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
 # Graph extraction (entities, relations, contradictions) after fact extraction: up to three more
 # model calls per add request that stores new memories. Off: facts only.
 ENGRAM_GRAPH_EXTRACTION = env_bool("ENGRAM_GRAPH_EXTRACTION", True)
+# The decide step shows the model only the existing memories at least this similar (cosine) to
+# a candidate fact; a fact with none is ADDed without a model call.
+ENGRAM_DECIDE_SIMILARITY_FLOOR = env_float(
+    "ENGRAM_DECIDE_SIMILARITY_FLOOR", 0.3, minimum=-1, maximum=1
+)
+# At most this many memories deleted by the model's decisions in one add request.
+ENGRAM_MAX_DELETES_PER_EVENT = env_int("ENGRAM_MAX_DELETES_PER_EVENT", 3, minimum=0)
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.
 ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
 # Attempts per event, each counted when a worker claims it, before it is FAILED. A failure that

@@ -273,11 +273,14 @@ class NewMemory:
     immutable: bool = False
     source_event_id: uuid.UUID | None = None
     source_positions: Sequence[int] = ()
+    # When what it says was observed (the add request's `timestamp`, else when the request
+    # came); now when None.
+    created_at: datetime | None = None
 
 
 def do_create_memory(project_id: uuid.UUID, new: NewMemory, *, actor: Actor) -> Memory:
     """Create one memory from extracted text, with its ADD history row."""
-    moment = timezone.now()
+    moment = new.created_at or timezone.now()
     with project_context(project_id):
         memory = Memory.objects.create(
             project_id=project_id,
@@ -289,7 +292,7 @@ def do_create_memory(project_id: uuid.UUID, new: NewMemory, *, actor: Actor) -> 
             immutable=new.immutable,
             categories=new.categories,
             created_at=moment,
-            updated_at=moment,
+            updated_at=timezone.now(),
             structured_attributes=structured_attributes(moment),
             source_event_id=new.source_event_id,
             source_positions=list(new.source_positions),

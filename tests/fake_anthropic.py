@@ -1,7 +1,9 @@
 """A local fake of Anthropic's Messages API, scripted per test, for the real `anthropic` SDK.
 
 Each POST /v1/messages takes the next scripted reply: a tool input (answered as a `tool_use`
-block of the tool the request forces), an HTTP error, or a delay before the reply.
+block of the tool the request forces), an HTTP error, or a delay before the reply; a reply may
+end otherwise (cut off at max_tokens, a refusal, prose without the tool call) and report
+prompt-cache usage.
 
 The graph calls of extraction (record_entities, record_relations, record_contradictions) take
 only replies scripted for their tool (`Reply(tool=...)`), and otherwise get an empty answer, so a
@@ -36,6 +38,10 @@ class Reply:
     usage: tuple[int, int] = (120, 40)
     headers: dict[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "3600"}
     tool: str | None = None  # only for a request forcing this tool
+    # How the reply ends: "tool_use"; "max_tokens" (cut off: the tool input is partial),
+    # "refusal" (no content), or "end_turn" with a text block and no tool call.
+    stop_reason: str = "tool_use"
+    cache: tuple[int, int] = (0, 0)  # cache_creation_input_tokens, cache_read_input_tokens
 
 
 GRAPH_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -88,13 +94,21 @@ def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
                 return self._send(reply.status, {"type": "error", "error": error}, reply.headers)
             name = (body.get("tool_choice") or {}).get("name")
             tool_input = reply.respond(body) if reply.respond else reply.tool_input
-            content = [{"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
-                        "input": tool_input or {}}]  # fmt: skip
+            content: list[dict[str, Any]] = [
+                {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
+                 "input": tool_input or {}}
+            ]  # fmt: skip
+            if reply.stop_reason == "refusal":
+                content = []
+            elif reply.stop_reason == "end_turn":
+                content = [{"type": "text", "text": "I would rather answer in prose."}]
             self._send(200, {
                 "id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
-                "model": body.get("model"), "content": content, "stop_reason": "tool_use",
+                "model": body.get("model"), "content": content, "stop_reason": reply.stop_reason,
                 "stop_sequence": None,
-                "usage": {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]},
+                "usage": {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1],
+                          "cache_creation_input_tokens": reply.cache[0],
+                          "cache_read_input_tokens": reply.cache[1]},
             })  # fmt: skip
 
         def _send(

@@ -25,10 +25,10 @@ import email.utils
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 from anthropic.types import (
@@ -40,7 +40,7 @@ from anthropic.types import (
     ToolChoiceToolParam,
     ToolParam,
 )
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from memory.parts import IMAGE, PDF, Part
 
@@ -48,7 +48,13 @@ Event = Literal["ADD", "UPDATE", "DELETE", "NONE"]
 
 
 class ModelOutputError(RuntimeError):
-    """The model's tool input does not fit the schema; nothing may be applied from it."""
+    """The model's reply cannot be used (truncated, refused, no tool call, or a tool input that
+    does not fit the schema even after one retry); nothing may be applied from it. `usage` is
+    what the calls cost all the same."""
+
+    def __init__(self, message: str, usage: Usage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage or Usage()
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ class Existing:
     id: uuid.UUID
     text: str
     similarity: float = 0.0  # to the candidate it was retrieved for
+    when: date | None = None  # when what it says was observed (the memory's created_at)
 
 
 @dataclass(frozen=True)
@@ -97,14 +104,40 @@ class Decision:
 
 @dataclass
 class Usage:
+    """What model calls cost (the Messages API's usage, summed), and the notes on model output
+    that was not used (an item that did not fit its schema), which end in the event's error."""
+
     calls: int = 0
-    input_tokens: int = 0
+    input_tokens: int = 0  # not counting the cached prompt prefix (read or written)
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    COUNTS = (
+        "calls", "input_tokens", "output_tokens", "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    )  # fmt: skip
 
     def add(self, other: Usage) -> None:
-        self.calls += other.calls
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
+        for name in self.COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.notes += other.notes
+
+    def counts(self) -> dict[str, int]:
+        """The figures an event records (its `usage`)."""
+        return {name: getattr(self, name) for name in self.COUNTS}
+
+    @classmethod
+    def of(cls, usage: Any) -> Usage:
+        """One call's usage, from the SDK's `response.usage`."""
+        return cls(
+            1,
+            usage.input_tokens,
+            usage.output_tokens,
+            getattr(usage, "cache_creation_input_tokens", None) or 0,
+            getattr(usage, "cache_read_input_tokens", None) or 0,
+        )
 
 
 @dataclass
@@ -168,7 +201,10 @@ class Extractor(Protocol):
     def extract(self, context: Context) -> tuple[list[Fact], Usage]: ...
 
     def decide(
-        self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
+        self,
+        facts: Sequence[Fact],
+        existing: Sequence[Sequence[Existing]],
+        observed_on: date | None = None,
     ) -> tuple[Decisions, Usage]: ...
 
     def procedure(self, context: Context) -> tuple[str, Usage]:
@@ -209,7 +245,7 @@ def _tool(name: str, description: str, schema: type[BaseModel]) -> ToolParam:
 class _FactOut(BaseModel):
     text: str = Field(min_length=1, max_length=2000)
     category: str | None = None
-    confidence: float = Field(ge=0, le=1)
+    confidence: float = Field(default=1.0, ge=0, le=1)
     positions: list[int] = []
 
 
@@ -223,9 +259,54 @@ class _DecisionOut(BaseModel):
     id: str | None = None
     text: str | None = None
 
+    @field_validator("event", mode="before")
+    @classmethod
+    def _event_name(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value  # "update" is UPDATE
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _small_id(cls, value: Any) -> Any:
+        # The ids are shown as small integers; a model may answer 3 for "3".
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
 
 class _Decisions(BaseModel):
     decisions: list[_DecisionOut]
+
+
+Item = TypeVar("Item", bound=BaseModel)
+T = TypeVar("T")
+
+# Each call's max_tokens, by what its tool input can hold (ENGRAM_LLM_MAX_TOKENS caps them all;
+# fact extraction and procedures take the cap itself).
+DECIDE_TOKENS_BASE = 200
+DECIDE_TOKENS_PER_FACT = 160  # one decision: the event, two ids and a rewritten fact
+SUMMARY_TOKENS = 1024  # about 200 words, with room
+GRAPH_TOKENS = 1024  # entities, relations
+CONTRADICTIONS_TOKENS = 256  # a list of small ids
+
+
+def parse_items(
+    data: dict[str, Any], key: str, model: type[Item], tool: str
+) -> tuple[list[Item], list[str]]:
+    """The items of the tool input's list `key`, validated one by one: an item that does not
+    fit is dropped with a note (the others are used); a missing or non-list `key` is a
+    malformed reply (ModelOutputError)."""
+    raw = data.get(key)
+    if not isinstance(raw, list):
+        raise ModelOutputError(f"{tool} input is malformed: {key!r} is not a list")
+    items: list[Item] = []
+    notes: list[str] = []
+    for index, item in enumerate(raw):
+        try:
+            items.append(model.model_validate(item))
+        except ValidationError as exc:
+            problem = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'item'}: {e['msg']}" for e in exc.errors()
+            )
+            notes.append(f"{tool} item {index} dropped ({problem})"[:300])
+    return items, notes
 
 
 class _Procedure(BaseModel):
@@ -287,7 +368,9 @@ with the existing memories listed for it (each has a small integer id) and choos
 - DELETE: the candidate contradicts an existing memory that is now false (give its id); if the \
 candidate itself is new information, also ADD it.
 - NONE: already known (give the id of the memory that says it).
-Only use ids that are listed."""
+Give every candidate exactly one of ADD, UPDATE or NONE (plus any DELETEs). Only use ids that are \
+listed. DELETE only a memory the candidate states is no longer true, never one it merely adds \
+to. Never UPDATE or DELETE a memory observed after the candidate: the newer information stands."""
 
 
 class _EntityOut(BaseModel):
@@ -456,27 +539,69 @@ class ClaudeExtractor:
         )
 
     def _call(
-        self, system: str, prompt: str, tool: ToolParam, attached: Sequence[Turn] = ()
-    ) -> tuple[dict[str, Any], Usage]:
-        """One forced tool call; the images and PDFs of `attached` follow the prompt as blocks."""
+        self,
+        system: str,
+        prompt: str,
+        tool: ToolParam,
+        parse: Callable[[dict[str, Any], list[str]], T],
+        attached: Sequence[Turn] = (),
+        *,
+        budget: int | None = None,
+    ) -> tuple[T, Usage]:
+        """One forced tool call, its input read by `parse` (which may note dropped items, and
+        raises ModelOutputError when the input as a whole is unusable); the images and PDFs of
+        `attached` follow the prompt as blocks.
+
+        `budget` is the call's max_tokens, capped by ENGRAM_LLM_MAX_TOKENS. The reply is
+        checked before it is parsed: a refusal fails at once; a reply cut off at max_tokens is
+        asked for again with the full ENGRAM_LLM_MAX_TOKENS; no tool call, or a malformed tool
+        input, is asked for once more. Thinking is off (a forced tool call cannot think).
+        """
         blocks = attachment_blocks(attached)
         text: TextBlockParam = {"type": "text", "text": prompt}
         content: str | list[ContentBlockParam] = [text, *blocks] if blocks else prompt
         messages: list[MessageParam] = [{"role": "user", "content": content}]
         choice: ToolChoiceToolParam = {"type": "tool", "name": tool["name"]}
-        response = self.client.messages.create(
-            model=self.model,
-            max_tokens=self.max_tokens,
-            system=system,
-            messages=messages,
-            tools=[tool],
-            tool_choice=choice,
-        )
-        usage = Usage(1, response.usage.input_tokens, response.usage.output_tokens)
-        for block in response.content:
-            if block.type == "tool_use" and block.name == tool["name"]:
-                return dict(block.input), usage
-        raise ModelOutputError(f"the model did not call {tool['name']}")
+        name = tool["name"]
+        usage = Usage()
+        limit = min(budget or self.max_tokens, self.max_tokens)
+        problem = ""
+        for _ in range(2):
+            response = self.client.messages.create(
+                model=self.model,
+                max_tokens=limit,
+                system=system,
+                messages=messages,
+                tools=[tool],
+                tool_choice=choice,
+                thinking={"type": "disabled"},
+            )
+            usage.add(Usage.of(response.usage))
+            if response.stop_reason == "refusal":
+                raise ModelOutputError(f"the model refused the {name} call", usage)
+            if response.stop_reason == "max_tokens":
+                problem = f"the {name} reply was cut off at max_tokens ({limit})"
+                if limit >= self.max_tokens:
+                    break  # as long as allowed already
+                limit = self.max_tokens
+                continue
+            data = next(
+                (dict(b.input) for b in response.content
+                 if b.type == "tool_use" and b.name == name),
+                None,
+            )  # fmt: skip
+            if data is None:
+                problem = f"the model did not call {name}"
+                continue
+            notes: list[str] = []
+            try:
+                result = parse(data, notes)
+            except ModelOutputError as exc:
+                problem = str(exc)
+                continue
+            usage.notes += notes
+            return result, usage
+        raise ModelOutputError(problem, usage)
 
     def extract(self, context: Context) -> tuple[list[Fact], Usage]:
         subject = (
@@ -487,80 +612,98 @@ class ClaudeExtractor:
             subject_word="The agent" if context.about_agent else "User",
             observed_on=context.observed_on.isoformat(),
         )
-        data, usage = self._call(
-            system, extraction_prompt(context), EXTRACT_TOOL, context.new_messages
-        )
-        try:
-            parsed = _Facts.model_validate(data)
-        except ValidationError as exc:
-            raise ModelOutputError(f"record_facts input is malformed: {exc}") from None
         positions = {t.position for t in context.new_messages}
-        facts = [
-            Fact(
-                f.text.strip(),
-                f.category,
-                f.confidence,
-                tuple(p for p in f.positions if p in positions),
-            )
-            for f in parsed.facts
-        ]
-        return facts, usage
+
+        def parse(data: dict[str, Any], notes: list[str]) -> list[Fact]:
+            items, dropped = parse_items(data, "facts", _FactOut, "record_facts")
+            notes += dropped
+            return [
+                Fact(
+                    f.text.strip(),
+                    f.category,
+                    f.confidence,
+                    tuple(p for p in f.positions if p in positions),
+                )
+                for f in items
+                if f.text.strip()
+            ]
+
+        return self._call(
+            system, extraction_prompt(context), EXTRACT_TOOL, parse, context.new_messages
+        )
 
     def decide(
-        self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
+        self,
+        facts: Sequence[Fact],
+        existing: Sequence[Sequence[Existing]],
+        observed_on: date | None = None,
     ) -> tuple[Decisions, Usage]:
         shown: dict[str, uuid.UUID] = {}
         lines = []
+        if observed_on is not None:
+            lines.append(f"The candidates were observed on {observed_on.isoformat()}.")
         for index, (fact, neighbours) in enumerate(zip(facts, existing, strict=True)):
             lines.append(f"Candidate {index}: {fact.text}")
             for memory in neighbours:
                 small_id = next((k for k, v in shown.items() if v == memory.id), str(len(shown)))
                 shown[small_id] = memory.id
-                lines.append(f"  existing id {small_id}: {memory.text}")
-        data, usage = self._call(DECIDE_SYSTEM, "\n".join(lines), DECIDE_TOOL)
-        try:
-            parsed = _Decisions.model_validate(data)
-        except ValidationError as exc:
-            raise ModelOutputError(f"record_decisions input is malformed: {exc}") from None
-        return map_decisions(parsed.decisions, facts, shown), usage
+                when = f" (observed {memory.when.isoformat()})" if memory.when else ""
+                lines.append(f"  existing id {small_id}{when}: {memory.text}")
+
+        def parse(data: dict[str, Any], notes: list[str]) -> Decisions:
+            items, dropped = parse_items(data, "decisions", _DecisionOut, "record_decisions")
+            decisions = map_decisions(items, facts, shown)
+            decisions.rejected[:0] = dropped
+            return decisions
+
+        budget = DECIDE_TOKENS_BASE + DECIDE_TOKENS_PER_FACT * len(facts)
+        return self._call(DECIDE_SYSTEM, "\n".join(lines), DECIDE_TOOL, parse, budget=budget)
 
     def procedure(self, context: Context) -> tuple[str, Usage]:
-        return _claude_procedure(self, context)
+        def parse(data: dict[str, Any], notes: list[str]) -> str:
+            return _whole(_Procedure, data, "record_procedure").summary.strip()
+
+        return self._call(
+            PROCEDURE_SYSTEM, extraction_prompt(context), PROCEDURE_TOOL, parse,
+            context.new_messages,
+        )  # fmt: skip
 
     def summarize(self, previous: str, turns: Sequence[Turn]) -> tuple[str | None, Usage]:
         prompt = (
             f"## Previous summary\n{previous or '(none yet)'}\n\n## New messages\n{_turns(turns)}"
         )
-        data, usage = self._call(SUMMARY_SYSTEM, prompt, SUMMARY_TOOL)
-        try:
-            return _Summary.model_validate(data).summary.strip(), usage
-        except ValidationError as exc:
-            raise ModelOutputError(f"record_summary input is malformed: {exc}") from None
+
+        def parse(data: dict[str, Any], notes: list[str]) -> str | None:
+            return _whole(_Summary, data, "record_summary").summary.strip()
+
+        return self._call(SUMMARY_SYSTEM, prompt, SUMMARY_TOOL, parse, budget=SUMMARY_TOKENS)
 
     def entities(
         self, facts: Sequence[Fact], self_name: str | None
     ) -> tuple[list[EntityRef], Usage]:
         system = ENTITIES_SYSTEM.format(self_name=json.dumps(self_name or "User"))
-        data, usage = self._call(system, _numbered(facts), ENTITIES_TOOL)
-        try:
-            parsed = _Entities.model_validate(data)
-        except ValidationError as exc:
-            raise ModelOutputError(f"record_entities input is malformed: {exc}") from None
-        raw = [EntityRef(e.name, e.type) for e in parsed.entities]
-        return clean_entities(raw, self_name), usage
+
+        def parse(data: dict[str, Any], notes: list[str]) -> list[EntityRef]:
+            items, dropped = parse_items(data, "entities", _EntityOut, "record_entities")
+            notes += dropped
+            return clean_entities([EntityRef(e.name, e.type) for e in items], self_name)
+
+        return self._call(system, _numbered(facts), ENTITIES_TOOL, parse, budget=GRAPH_TOKENS)
 
     def relations(
         self, facts: Sequence[Fact], entities: Sequence[EntityRef], self_name: str | None
     ) -> tuple[Relations, Usage]:
         listed = "\n".join(f"- {e.name} ({e.type})" if e.type else f"- {e.name}" for e in entities)
         prompt = f"## Entities\n{listed}\n\n## Facts\n{_numbered(facts)}"
-        data, usage = self._call(RELATIONS_SYSTEM, prompt, RELATIONS_TOOL)
-        try:
-            parsed = _Relations.model_validate(data)
-        except ValidationError as exc:
-            raise ModelOutputError(f"record_relations input is malformed: {exc}") from None
-        raw = [Triple(t.source, t.relationship, t.destination, t.fact) for t in parsed.relations]
-        return clean_relations(raw, entities, self_name, len(facts)), usage
+
+        def parse(data: dict[str, Any], notes: list[str]) -> Relations:
+            items, dropped = parse_items(data, "relations", _TripleOut, "record_relations")
+            raw = [Triple(t.source, t.relationship, t.destination, t.fact) for t in items]
+            found = clean_relations(raw, entities, self_name, len(facts))
+            found.rejected[:0] = dropped
+            return found
+
+        return self._call(RELATIONS_SYSTEM, prompt, RELATIONS_TOOL, parse, budget=GRAPH_TOKENS)
 
     def contradictions(
         self, triples: Sequence[Triple], edges: Sequence[KnownEdge]
@@ -571,32 +714,38 @@ class ClaudeExtractor:
                   for n, e in enumerate(edges)]  # fmt: skip
         lines.append("\n## New relations")
         lines += [f"{t.source} -- {t.relationship} --> {t.destination}" for t in triples]
-        data, usage = self._call(CONTRADICTIONS_SYSTEM, "\n".join(lines), CONTRADICTIONS_TOOL)
-        try:
-            parsed = _Contradicted.model_validate(data)
-        except ValidationError as exc:
-            raise ModelOutputError(f"record_contradictions input is malformed: {exc}") from None
-        result = Contradictions()
-        for small_id in dict.fromkeys(parsed.contradicted):
-            if small_id in shown:
-                result.edge_ids.append(shown[small_id])
-            else:
-                result.rejected.append(f"contradiction names id {small_id!r}, which was not shown")
-        return result, usage
+
+        def parse(data: dict[str, Any], notes: list[str]) -> Contradictions:
+            parsed = _whole(_Contradicted, data, "record_contradictions")
+            result = Contradictions()
+            for small_id in dict.fromkeys(parsed.contradicted):
+                if small_id in shown:
+                    result.edge_ids.append(shown[small_id])
+                else:
+                    result.rejected.append(
+                        f"contradiction names id {small_id!r}, which was not shown"
+                    )
+            return result
+
+        return self._call(
+            CONTRADICTIONS_SYSTEM, "\n".join(lines), CONTRADICTIONS_TOOL, parse,
+            budget=CONTRADICTIONS_TOKENS,
+        )  # fmt: skip
+
+
+Whole = TypeVar("Whole", bound=BaseModel)
+
+
+def _whole(model: type[Whole], data: dict[str, Any], tool: str) -> Whole:
+    """A tool input read as one object: malformed as a whole, or not at all."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ModelOutputError(f"{tool} input is malformed: {exc}") from None
 
 
 def _numbered(facts: Sequence[Fact]) -> str:
     return "\n".join(f"{n}. {fact.text}" for n, fact in enumerate(facts))
-
-
-def _claude_procedure(extractor: ClaudeExtractor, context: Context) -> tuple[str, Usage]:
-    data, usage = extractor._call(
-        PROCEDURE_SYSTEM, extraction_prompt(context), PROCEDURE_TOOL, context.new_messages
-    )
-    try:
-        return _Procedure.model_validate(data).summary.strip(), usage
-    except ValidationError as exc:
-        raise ModelOutputError(f"record_procedure input is malformed: {exc}") from None
 
 
 def map_decisions(
@@ -783,7 +932,10 @@ class OfflineExtractor:
         return facts, Usage()
 
     def decide(
-        self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
+        self,
+        facts: Sequence[Fact],
+        existing: Sequence[Sequence[Existing]],
+        observed_on: date | None = None,
     ) -> tuple[Decisions, Usage]:
         result = Decisions()
         for index, (fact, neighbours) in enumerate(zip(facts, existing, strict=True)):

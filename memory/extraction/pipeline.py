@@ -27,7 +27,7 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -243,27 +243,118 @@ def run(claimed: Claim, extractor: Extractor) -> None:
     try:
         renew(claimed)
         facts, usage = extractor.extract(context)
+        job.usage.add(usage)
+        facts, dropped = checked_categories(facts, context.categories)
+        notes += dropped
         renew(claimed)
         prepared = prepare(claimed.project_id, scope, facts)
         open_facts = [i for i in range(len(facts)) if i not in prepared.duplicates]
-        decisions, decide_usage = None, Usage()
-        if open_facts:
+        # A fact with no existing memory near it in meaning is new: ADD without asking.
+        asked = [i for i in open_facts if prepared.neighbours[i]]
+        decided: list[Decision] = []
+        if asked:
             renew(claimed)
-            decisions, decide_usage = extractor.decide(
-                [facts[i] for i in open_facts], [prepared.neighbours[i] for i in open_facts]
+            decisions, usage = extractor.decide(
+                [facts[i] for i in asked],
+                [prepared.neighbours[i] for i in asked],
+                context.observed_on,
             )
+            job.usage.add(usage)
+            notes += decisions.rejected
+            decided = [
+                Decision(d.event, asked[d.fact], d.memory_id, d.text) for d in decisions.decisions
+            ]
     except ModelOutputError as exc:
-        mark_failed(claimed, str(exc))
+        job.usage.add(exc.usage)
+        mark_failed(claimed, str(exc), job.usage)
         return
-    usage.add(decide_usage)
-    job.usage = usage
-    chosen = [
-        Decision(d.event, open_facts[d.fact], d.memory_id, d.text)
-        for d in (decisions.decisions if decisions else [])
-    ]
+    chosen, settled = settle(decided, facts, open_facts, asked)
     plan = plan_graph(job, facts, chosen, extractor)
     renew(claimed)
-    apply(job, prepared, chosen, notes + (decisions.rejected if decisions else []), plan=plan)
+    apply(job, prepared, chosen, notes + settled, plan=plan)
+
+
+def settle(
+    decided: Sequence[Decision],
+    facts: Sequence[Fact],
+    open_facts: Sequence[int],
+    asked: Sequence[int] = (),
+) -> tuple[list[Decision], list[str]]:
+    """The decisions to apply: exactly one fate per open candidate, no fact lost.
+
+    A candidate's fate is its first ADD, UPDATE or NONE; a later one for the same candidate is
+    ignored. DELETEs are extra (a contradicted memory goes; a candidate whose only decisions are
+    DELETEs stated an end and is not stored itself); at most ENGRAM_MAX_DELETES_PER_EVENT per
+    event. One memory is written (updated or deleted) once per event: a second UPDATE of it
+    becomes an ADD of its candidate, a second DELETE is ignored. A candidate left without any
+    decision (none given, or one naming a memory that was not shown) is ADDed with its own text.
+    Returns the decisions in the model's order, the added fall-backs last, and notes for the
+    event's error on everything changed.
+    """
+    notes: list[str] = []
+    chosen: list[Decision] = []
+    fate: set[int] = set()
+    written: set[uuid.UUID] = set()
+    deletes = 0
+    limit = settings.ENGRAM_MAX_DELETES_PER_EVENT
+    for given in decided:
+        index, target = given.fact, given.memory_id
+        if given.event == "DELETE":
+            if target in written:
+                notes.append(f"DELETE of {target}: written once already in this event, ignored")
+            elif deletes >= limit:
+                notes.append(f"DELETE of {target}: over the limit of {limit} per event, ignored")
+            elif target is not None:
+                deletes += 1
+                written.add(target)
+                chosen.append(given)
+            continue
+        if index in fate:
+            notes.append(f"a second decision for candidate {index} ({given.event}), ignored")
+            continue
+        decision = given
+        if given.event == "UPDATE" and target in written:
+            notes.append(f"UPDATE of {target}: written once already in this event, added instead")
+            decision = Decision("ADD", index, None, facts[index].text)
+        if decision.event == "UPDATE" and target is not None:
+            written.add(target)
+        fate.add(index)
+        chosen.append(decision)
+    ended = {d.fact for d in chosen if d.event == "DELETE"}
+    for index in open_facts:
+        if index not in fate and index not in ended:
+            if index in asked:  # the model gave it no usable decision
+                notes.append(f"no decision for candidate {index}: added")
+            chosen.append(Decision("ADD", index, None, facts[index].text))
+    return chosen, notes
+
+
+# Mem0's default memory categories, used when neither the request nor the project sets some.
+DEFAULT_CATEGORIES = (
+    "personal_details", "family", "professional_details", "sports", "travel", "food", "music",
+    "health", "technology", "hobbies", "fashion", "entertainment", "milestones",
+    "user_preferences", "misc",
+)  # fmt: skip
+
+
+def checked_categories(
+    facts: Sequence[Fact], allowed: Sequence[str]
+) -> tuple[list[Fact], list[str]]:
+    """Each fact's category, lower-cased, if it is one of `allowed` (Mem0's defaults when
+    none are configured); another is dropped (the fact is kept), with a note."""
+    names = {c.lower() for c in (allowed or DEFAULT_CATEGORIES)}
+    checked, notes = [], []
+    for fact in facts:
+        category = fact.category.strip().lower() if fact.category else None
+        if category and category not in names:
+            notes.append(f"category {fact.category!r} is not configured, dropped")
+            category = None
+        checked.append(
+            Fact(fact.text, category, fact.confidence, fact.positions)
+            if category != fact.category
+            else fact
+        )
+    return checked, notes
 
 
 def skipped_parts(context: Context, extractor: Extractor) -> list[str]:
@@ -333,9 +424,11 @@ def store_procedure(
     """Procedural memory: one summary of the agent's steps, stored as one memory (as Mem0)."""
     try:
         renew(job.claim)
-        summary, job.usage = extractor.procedure(context)
+        summary, usage = extractor.procedure(context)
+        job.usage.add(usage)
     except ModelOutputError as exc:
-        mark_failed(job.claim, str(exc))
+        job.usage.add(exc.usage)
+        mark_failed(job.claim, str(exc), job.usage)
         return
     fact = Fact(summary, None, 1.0, tuple(t.position for t in context.new_messages))
     decision = Decision("ADD", 0, None, summary)
@@ -383,7 +476,7 @@ def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
         summary=summary.text if summary else "",
         recent_messages=recent[-RECENT_TURNS:],
         custom_instructions=payload.get("custom_instructions") or "",
-        categories=payload.get("custom_categories") or (),
+        categories=payload.get("custom_categories") or DEFAULT_CATEGORIES,
         includes=payload.get("includes") or "",
         excludes=payload.get("excludes") or "",
         about_agent=bool(scope.get("agent_id")) and not scope.get("user_id"),
@@ -408,9 +501,16 @@ def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact])
                 # exactly (as search does), and a filtered approximate walk may miss its rows.
                 memories.annotate(distance=CosineDistance("embedding", vector) + Value(0.0))
                 .order_by("distance")
-                .values_list("id", "text", "distance")[:NEIGHBOURS]
+                .values_list("id", "text", "distance", "created_at")[:NEIGHBOURS]
             )
-            neighbours.append([Existing(pk, text, 1 - distance) for pk, text, distance in nearest])
+            # Only memories near in meaning are shown: below the floor nothing can be the same
+            # fact or contradict it (measured with the embedder: unrelated facts 0.23-0.29,
+            # a change of employer 0.35, of home 0.76).
+            neighbours.append([
+                Existing(pk, text, 1 - distance, when.date())
+                for pk, text, distance, when in nearest
+                if 1 - distance >= settings.ENGRAM_DECIDE_SIMILARITY_FLOOR
+            ])  # fmt: skip
     return Prepared(list(facts), vectors, duplicates, neighbours)
 
 
@@ -455,14 +555,14 @@ def apply(
         }
         stored: dict[int, uuid.UUID] = {}  # fact index -> the memory it became
         for decision in decisions:
-            outcome = _apply_one(
+            outcome, note = _apply_one(
                 event, decision, fact=prepared.facts[decision.fact], scope=run.scope,
                 targets=targets, vectors=vectors,
                 metadata=event.payload.get("metadata") or {} if metadata is None else metadata,
             )  # fmt: skip
-            if isinstance(outcome, str):
-                rejected.append(outcome)
-            elif outcome is not None:
+            if note:
+                rejected.append(note)
+            if outcome is not None:
                 results.append(outcome)
                 if outcome["event"] in ("ADD", "UPDATE"):
                     stored[decision.fact] = uuid.UUID(outcome["id"])
@@ -472,9 +572,8 @@ def apply(
         event.status = MemoryEvent.Status.SUCCEEDED
         event.results = results
         event.extractor = run.extractor
-        event.usage = {"calls": run.usage.calls, "input_tokens": run.usage.input_tokens,
-                       "output_tokens": run.usage.output_tokens}  # fmt: skip
-        event.error = "; ".join(rejected)
+        event.usage = run.usage.counts()
+        event.error = "; ".join(rejected + run.usage.notes)
         event.completed_at = timezone.now()
         event.lease_until = None
         event.timings = {"total_ms": round((time.perf_counter() - run.started) * 1000, 1)}
@@ -566,7 +665,13 @@ def _relation(relation: graph.Relation) -> dict[str, Any]:
     }
 
 
-def _apply_one(
+def observed_at(event: MemoryEvent) -> datetime:
+    """When the event's messages were said: the request's `timestamp`, else when it came."""
+    timestamp = event.payload.get("timestamp")
+    return datetime.fromtimestamp(timestamp, tz=UTC) if timestamp else event.created_at
+
+
+def _apply_one(  # noqa: PLR0911 - one return per outcome reads best
     event: MemoryEvent,
     decision: Decision,
     *,
@@ -575,49 +680,72 @@ def _apply_one(
     targets: dict[uuid.UUID, Memory],
     vectors: dict[str, Any],
     metadata: dict[str, Any],
-) -> dict[str, Any] | str | None:
-    """Apply one decision through the actions; return its result, None for NONE, or why the
-    actions refused it (an immutable memory)."""
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Apply one decision through the actions: (its result, None for NONE; a note on what was
+    refused or changed, or None)."""
     actor = Actor.extraction(event.id)
     target = targets.get(decision.memory_id) if decision.memory_id else None
     if decision.event != "ADD" and target is None:
         # Another event changed it since this one decided: decide again on the current state.
         raise StaleDecisionError(f"{decision.event} of {decision.memory_id}, changed meanwhile")
     if decision.event == "NONE":
-        return None
+        return None, None
+    moment = observed_at(event)
+    if target is not None and target.created_at > moment:
+        # A late retry of an older request must not overwrite what a newer one stated.
+        seen = f"observed {target.created_at.date()}, after this request ({moment.date()})"
+        return None, f"{decision.event} of {target.id} refused: it was {seen}"
     new = NewMemory(
         text=decision.text,
         vector=vectors.get(decision.text, ()),
         scope=scope,
         metadata=metadata,
-        categories=[fact.category.lower()] if fact.category else [],
+        categories=[fact.category] if fact.category else [],
         expiration_date=event.payload.get("expiration_date"),
         immutable=bool(event.payload.get("immutable")),
         source_event_id=event.id,
         source_positions=fact.positions,
+        created_at=moment,
     )
-    try:
-        if decision.event == "DELETE":
-            assert target is not None  # noqa: S101 - checked above
+    if decision.event == "DELETE":
+        assert target is not None  # noqa: S101 - checked above
+        try:
             actions.do_delete_memory(target, actor=actor)
-            return {"id": str(target.id), "memory": target.text, "event": "DELETE"}
-        if decision.event == "UPDATE":
-            assert target is not None  # noqa: S101 - checked above
-            memory = actions.do_supersede_memory(target, new, actor=actor)
-            return {"id": str(memory.id), "memory": memory.text, "event": "UPDATE",
-                    "previous_memory": target.text, "replaces": str(target.id)}  # fmt: skip
-        memory = actions.do_create_memory(event.project_id, new, actor=actor)
-    except actions.ImmutableMemoryError:
-        return f"{decision.event} of immutable memory {decision.memory_id} refused"
-    return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}
+        except actions.ImmutableMemoryError:
+            return None, f"DELETE of immutable memory {target.id} refused"
+        return {"id": str(target.id), "memory": target.text, "event": "DELETE"}, None
+    if decision.event == "UPDATE":
+        assert target is not None  # noqa: S101 - checked above
+        # The replacement keeps what the old memory carried, unless this request says otherwise.
+        carried = replace(
+            new,
+            metadata={**target.metadata, **metadata},
+            categories=list(dict.fromkeys([*target.categories, *new.categories])),
+            expiration_date=new.expiration_date or target.expiration_date,
+        )
+        try:
+            memory = actions.do_supersede_memory(target, carried, actor=actor)
+        except actions.ImmutableMemoryError:
+            memory = actions.do_create_memory(event.project_id, new, actor=actor)
+            return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}, (
+                f"UPDATE of immutable memory {target.id} refused: added instead"
+            )
+        return {"id": str(memory.id), "memory": memory.text, "event": "UPDATE",
+                "previous_memory": target.text, "replaces": str(target.id)}, None  # fmt: skip
+    memory = actions.do_create_memory(event.project_id, new, actor=actor)
+    return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}, None
 
 
-def mark_failed(claimed: Claim, error: str) -> bool:
-    """FAILED for good, if the event is still held by this claim (else False, nothing written)."""
+def mark_failed(claimed: Claim, error: str, usage: Usage | None = None) -> bool:
+    """FAILED for good, if the event is still held by this claim (else False, nothing written),
+    with what the model calls cost."""
     with project_context(claimed.project_id):
         event = _held(claimed).select_for_update().first()
         if event is None:
             return False
+        if usage is not None:
+            event.usage = usage.counts()
+            event.save(update_fields=["usage"])
         _finish(event, MemoryEvent.Status.FAILED, error)
         return True
 

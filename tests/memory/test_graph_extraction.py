@@ -26,7 +26,7 @@ from memory.extraction.pipeline import attempt
 from memory.models import Memory, MemoryEntity, MemoryEvent
 from tenants.db import project_context
 from tests.fake_anthropic import Reply
-from tests.memory.test_pipeline import SCOPE, PipelineTestCase, add, facts
+from tests.memory.test_pipeline import SCOPE, ExtractionTestCase, add, facts
 
 ALICE = graph.Scope(user_id="alice")
 
@@ -51,10 +51,7 @@ def edges(project: Any, *, include_invalid: bool = False) -> set[tuple[str, str,
     return {(r.source, r.relationship, r.destination, r.valid) for r in found}
 
 
-class GraphExtractionTestCase(PipelineTestCase):
-    def tools(self) -> list[str]:
-        return [r["body"]["tool_choice"]["name"] for r in self.fake.requests]
-
+class GraphExtractionTestCase(ExtractionTestCase):
     def prompt(self, tool: str) -> str:
         request = next(r for r in self.fake.requests if r["body"]["tool_choice"]["name"] == tool)
         return str(request["body"]["messages"][0]["content"])
@@ -62,7 +59,7 @@ class GraphExtractionTestCase(PipelineTestCase):
     def lives_in(self, city: str, *, contradiction: Reply | None = None) -> MemoryEvent:
         text = f"User lives in {city}"
         self.fake.script(
-            facts(text), add(text),
+            facts(text), add(),
             entities(("User", "person"), (city, "location")),
             relations(("User", "lives in", city, 0)),
         )  # fmt: skip
@@ -74,10 +71,9 @@ class GraphExtractionTestCase(PipelineTestCase):
         done = self.lives_in("Paris")
         assert self.tools() == [
             "record_facts",
-            "record_decisions",
             "record_entities",
             "record_relations",
-        ]  # fmt: skip (no existing edge: no contradiction call)
+        ]  # fmt: skip (nothing stored: no decide call; no existing edge: no contradiction call)
         [memory] = self.memories(state="active")
         [edge] = graph.relations(self.project.pk, ALICE)
         assert (edge.source, edge.relationship, edge.destination, edge.valid) == (
@@ -102,7 +98,10 @@ class GraphExtractionTestCase(PipelineTestCase):
         # The relation call was given the entity whitelist and the numbered facts.
         assert "- Paris (location)" in self.prompt("record_relations")
         assert "0. User lives in Paris" in self.prompt("record_relations")
-        assert '"alice"' in self.fake.requests[2]["body"]["system"]
+        entities_call = next(
+            r for r in self.fake.requests if r["body"]["tool_choice"]["name"] == "record_entities"
+        )
+        assert '"alice"' in entities_call["body"]["system"]
 
     def test_a_contradiction_invalidates_the_old_edge_and_keeps_it_as_history(self) -> None:
         self.lives_in("Paris")
@@ -120,13 +119,13 @@ class GraphExtractionTestCase(PipelineTestCase):
     def test_a_compatible_fact_adds_a_second_edge(self) -> None:
         self.lives_in("Paris")
         self.fake.script(
-            facts("User likes ramen"), add("User likes ramen"),
+            facts("User likes ramen"), add(),
             entities(("User", "person"), ("ramen", "food")),
             relations(("User", "likes", "ramen", 0)),
         )  # fmt: skip
         self.run_event(self.event("I like ramen"))
         self.fake.script(
-            facts("User likes sushi"), add("User likes sushi"),
+            facts("User likes sushi"), add(),
             entities(("User", "person"), ("sushi", "food")),
             relations(("User", "likes", "sushi", 0)),
             contradicted(),  # liking sushi does not end liking ramen
@@ -142,7 +141,7 @@ class GraphExtractionTestCase(PipelineTestCase):
         self.lives_in("Paris")
         text = "User has lived in Paris since 2019"
         self.fake.script(
-            facts(text), add(text),
+            facts(text), add(),
             entities(("I", "person"), ("paris", "location")),
             relations(("me", "lives_in", "PARIS", 0)),
             contradicted(),
@@ -154,7 +153,7 @@ class GraphExtractionTestCase(PipelineTestCase):
 
     def test_triples_outside_the_whitelist_or_facts_are_dropped(self) -> None:
         self.fake.script(
-            facts("User lives in Paris"), add("User lives in Paris"),
+            facts("User lives in Paris"), add(),
             entities(("User", "person"), ("Paris", "location")),
             relations(
                 ("User", "lives_in", "Paris", 0),
@@ -178,8 +177,9 @@ class GraphExtractionTestCase(PipelineTestCase):
 
     def test_unusable_graph_output_fails_the_graph_only(self) -> None:
         self.fake.script(
-            facts("User lives in Paris"), add("User lives in Paris"),
-            Reply({"entities": [{"name": ""}]}, tool="record_entities"),
+            facts("User lives in Paris"), add(),
+            # Not a list, twice (a malformed reply is asked for once more).
+            Reply({"entities": "User, Paris"}, tool="record_entities", repeat=True),
         )  # fmt: skip
         done = self.run_event(self.event("I live in Paris"))
         assert done.status == "SUCCEEDED"
@@ -190,7 +190,7 @@ class GraphExtractionTestCase(PipelineTestCase):
 
     def test_a_transient_graph_error_retries_the_whole_event_and_stores_nothing(self) -> None:
         self.fake.script(
-            facts("User lives in Paris"), add("User lives in Paris"),
+            facts("User lives in Paris"), add(),
             Reply(status=529, error_type="overloaded_error", tool="record_entities"),
         )  # fmt: skip
         event = self.event("I live in Paris")
@@ -210,9 +210,9 @@ class GraphExtractionTestCase(PipelineTestCase):
 
     @override_settings(ENGRAM_GRAPH_EXTRACTION=False)
     def test_graph_extraction_can_be_turned_off(self) -> None:
-        self.fake.script(facts("User likes tea"), add("User likes tea"))
+        self.fake.script(facts("User likes tea"), add())
         done = self.run_event(self.event("I like tea"))
-        assert self.tools() == ["record_facts", "record_decisions"]
+        assert self.tools() == ["record_facts"]  # nothing stored near it: no decide call
         assert (done.status, done.graph) == ("SUCCEEDED", {"status": "SKIPPED"})
 
     def test_hostile_names_are_stored_exactly_and_touch_nothing_else(self) -> None:
@@ -220,7 +220,7 @@ class GraphExtractionTestCase(PipelineTestCase):
         hostile = "}) DETACH DELETE n // $$ 'q' \"dq\" \\ ü 東京"
         text = f"User likes {hostile}"
         self.fake.script(
-            facts(text), add(text),
+            facts(text), add(),
             entities(("User", "person"), (hostile, "work")),
             relations(("User", "likes", hostile, 0)),
             contradicted(),
@@ -272,7 +272,7 @@ class GraphExtractionTestCase(PipelineTestCase):
     def test_a_scope_without_user_or_agent_has_no_self_entity(self) -> None:
         scope = {**SCOPE, "user_id": None, "run_id": "r1"}
         self.fake.script(
-            facts("Paris is in France"), add("Paris is in France"),
+            facts("Paris is in France"), add(),
             entities(("User", "person"), ("Paris", "location"), ("France", "location")),
             relations(("Paris", "located_in", "France", 0), ("User", "visits", "Paris", 0)),
         )  # fmt: skip

@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from memory.extraction.llm import (
+    DECIDE_TOKENS_BASE,
+    DECIDE_TOKENS_PER_FACT,
     ClaudeExtractor,
     Context,
     Existing,
@@ -85,13 +87,77 @@ def test_it_rejects_an_invented_id_and_keeps_the_rest(fake_claude: FakeClaude) -
     assert len(result.rejected) == 3
 
 
-def test_it_refuses_malformed_tool_input(fake_claude: FakeClaude) -> None:
-    fake_claude.script(Reply({"facts": [{"text": "", "confidence": 7}]}))
-    with pytest.raises(ModelOutputError, match="malformed"):
+def test_it_validates_item_by_item(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply({"facts": [
+        {"text": "", "confidence": 7}, {"text": "User likes tea"}, "not an object",
+    ]}))  # fmt: skip
+    facts, usage = claude(fake_claude).extract(context("I like tea"))
+    assert facts == [Fact("User likes tea", None, 1.0, ())]  # defaults for what is missing
+    assert [n.split(" (")[0] for n in usage.notes] == [
+        "record_facts item 0 dropped", "record_facts item 2 dropped"
+    ]  # fmt: skip
+    # Lower-case events and integer ids are read; an unknown event is dropped, with a note.
+    fake_claude.script(Reply({"decisions": [
+        {"fact": 0, "event": "update", "id": 0, "text": "User lives in SF"},
+        {"fact": 0, "event": "MERGE"},
+    ]}))  # fmt: skip
+    result, _ = claude(fake_claude).decide([Fact("User lives in SF")], [[TEA]])
+    assert [(d.event, d.memory_id) for d in result.decisions] == [("UPDATE", TEA.id)]
+    assert result.rejected[0].startswith("record_decisions item 1 dropped (event:")
+
+
+def test_a_malformed_reply_is_asked_for_once_more_then_refused(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply({"facts": "tea"}), Reply({"no": "facts"}))
+    with pytest.raises(ModelOutputError, match="record_facts input is malformed") as raised:
         claude(fake_claude).extract(context("I like tea"))
-    fake_claude.script(Reply({"decisions": [{"fact": 0, "event": "MERGE"}]}))
-    with pytest.raises(ModelOutputError, match="malformed"):
-        claude(fake_claude).decide([Fact("x")], [[]])
+    assert raised.value.usage.calls == 2  # what it cost is known all the same
+
+
+def test_a_reply_without_the_tool_call_is_asked_for_once_more(fake_claude: FakeClaude) -> None:
+    fake_claude.script(
+        Reply(stop_reason="end_turn"), Reply({"facts": [{"text": "User likes tea"}]})
+    )
+    facts, usage = claude(fake_claude).extract(context("I like tea"))
+    assert ([f.text for f in facts], usage.calls) == (["User likes tea"], 2)
+    fake_claude.script(Reply(stop_reason="end_turn"), Reply(stop_reason="end_turn"))
+    with pytest.raises(ModelOutputError, match="did not call record_facts"):
+        claude(fake_claude).extract(context("I like tea"))
+
+
+def test_a_refusal_fails_at_once(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply(stop_reason="refusal"), Reply({"facts": []}))
+    with pytest.raises(ModelOutputError, match="refused the record_facts call"):
+        claude(fake_claude).extract(context("I like tea"))
+    assert len(fake_claude.requests) == 1
+
+
+def test_a_truncated_reply_is_asked_for_again_with_the_full_budget(
+    fake_claude: FakeClaude,
+) -> None:
+    # The decide call asks for what its schema needs; cut off, it asks for the cap.
+    fake_claude.script(
+        Reply({"decisions": [{"fact": 0}]}, stop_reason="max_tokens"),
+        Reply({"decisions": [{"fact": 0, "event": "NONE", "id": "0"}]}),
+    )
+    result, _ = claude(fake_claude).decide([Fact("User likes tea")], [[TEA]])
+    assert [d.event for d in result.decisions] == ["NONE"]
+    budgets = [r["body"]["max_tokens"] for r in fake_claude.requests]
+    assert budgets == [DECIDE_TOKENS_BASE + DECIDE_TOKENS_PER_FACT, 512]  # 512: the cap
+    # A reply cut off at the cap is not asked for again.
+    fake_claude.script(Reply({"facts": []}, stop_reason="max_tokens"))
+    with pytest.raises(ModelOutputError, match="cut off at max_tokens"):
+        claude(fake_claude).extract(context("I like tea"))
+    assert len(fake_claude.requests) == 3
+
+
+def test_usage_counts_the_prompt_cache_and_thinking_is_off(fake_claude: FakeClaude) -> None:
+    fake_claude.script(Reply({"facts": []}, usage=(30, 5), cache=(2000, 0)))
+    _, usage = claude(fake_claude).extract(context("I like tea"))
+    assert usage.counts() == {
+        "calls": 1, "input_tokens": 30, "output_tokens": 5,
+        "cache_creation_input_tokens": 2000, "cache_read_input_tokens": 0,
+    }  # fmt: skip
+    assert fake_claude.requests[0]["body"]["thinking"] == {"type": "disabled"}
 
 
 def test_it_retries_a_rate_limit_then_succeeds(fake_claude: FakeClaude) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import dramatiq
@@ -182,7 +182,7 @@ class PoisonEventsTestCase(BaseTestCase):
         extractor.expire()
         pipeline.run(claim, extractor)
         assert self.reload(event).status == "SUCCEEDED"
-        assert extractor.calls == ["extract", "decide"]
+        assert extractor.calls == ["extract"]  # nothing stored near the fact: no decide call
         # Each call found the lease renewed, past the expired one it was left with.
         assert all(lease > EXPIRED for lease in extractor.leases), extractor.leases
 
@@ -275,10 +275,13 @@ class LeaseWatchingExtractor(OfflineExtractor):
         return super().extract(context)
 
     def decide(
-        self, facts: Sequence[Fact], existing: Sequence[Sequence[Existing]]
+        self,
+        facts: Sequence[Fact],
+        existing: Sequence[Sequence[Existing]],
+        observed_on: date | None = None,
     ) -> tuple[Decisions, Usage]:
         self._watch("decide")
-        return super().decide(facts, existing)
+        return super().decide(facts, existing, observed_on)
 
 
 class TakeoverExtractor(OfflineExtractor):
