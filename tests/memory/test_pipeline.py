@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -294,3 +294,109 @@ class PipelineTestCase(ExtractionTestCase):
         self.run_event(event, OfflineExtractor())
         [memory] = self.memories()
         assert (str(memory.expiration_date), memory.immutable) == ("2031-01-01", True)
+
+
+class DecisionRulesTestCase(ExtractionTestCase):
+    """The rules that keep a model's decisions from losing or corrupting a fact."""
+
+    def existing_many(self, *texts: str, **fields: Any) -> list[Memory]:
+        with project_context(self.project.pk):
+            memories = add_texts(self.project, list(texts), user_id="alice")
+            Memory.objects.filter(pk__in=[m.pk for m in memories]).update(**fields)
+            return memories
+
+    def test_a_second_write_to_one_memory_in_an_event_is_refused_and_the_fact_kept(self) -> None:
+        old = self.existing("User lives in NYC")
+        self.fake.script(facts("User lives in SF", "User lives in LA"), decisions(
+            {"fact": 0, "event": "UPDATE", "id": "0", "text": "User lives in SF"},
+            {"fact": 1, "event": "UPDATE", "id": "0", "text": "User lives in LA"},
+        ))  # fmt: skip
+        done = self.run_event(self.event("I moved to SF, or was it LA"))
+        assert sorted(m.text for m in self.memories(state="active")) == [
+            "User lives in LA", "User lives in SF"
+        ]  # fmt: skip
+        assert self.memories(pk=old.pk)[0].state == "superseded"
+        assert [r["event"] for r in done.results] == ["UPDATE", "ADD"]
+        assert f"UPDATE of {old.id}: written once already in this event, added instead" in (
+            done.error
+        )
+
+    def test_one_fate_per_candidate_and_a_missing_decision_is_an_add(self) -> None:
+        self.existing("User likes tea")
+        self.fake.script(facts("User likes green tea", "User likes black tea"), decisions(
+            {"fact": 0, "event": "ADD", "text": "User likes green tea"},
+            {"fact": 0, "event": "NONE", "id": "0"},  # a second fate: ignored
+        ))  # fmt: skip
+        done = self.run_event(self.event("I like green and black tea"))
+        assert sorted(m.text for m in self.memories(state="active")) == [
+            "User likes black tea", "User likes green tea", "User likes tea"
+        ]  # fmt: skip
+        assert "a second decision for candidate 0 (NONE), ignored" in done.error
+        assert "no decision for candidate 1: added" in done.error
+
+    def test_deletes_are_capped_per_event(self) -> None:
+        olds = self.existing_many("User has a cat", "User has a dog", "User has a hamster")
+        self.fake.script(facts("User has no pets any more"), decisions(
+            *[{"fact": 0, "event": "DELETE", "id": str(n)} for n in range(3)],
+        ))  # fmt: skip
+        with self.settings(ENGRAM_MAX_DELETES_PER_EVENT=2):
+            done = self.run_event(self.event("All my pets are gone"))
+        states = [self.memories(pk=m.pk)[0].state for m in olds]
+        assert sorted(states) == ["active", "deleted", "deleted"]
+        assert "over the limit of 2 per event, ignored" in done.error
+
+    def test_an_update_of_an_immutable_memory_becomes_an_add(self) -> None:
+        [old] = self.existing_many("User lives in NYC", immutable=True)
+        self.fake.script(facts("User lives in SF"), decisions(
+            {"fact": 0, "event": "UPDATE", "id": "0", "text": "User lives in SF"},
+        ))  # fmt: skip
+        done = self.run_event(self.event("I live in SF now"))
+        assert [m.text for m in self.memories(state="active")] == ["User lives in NYC",
+                                                                   "User lives in SF"]  # fmt: skip
+        assert self.memories(pk=old.pk)[0].text == "User lives in NYC"
+        assert f"UPDATE of immutable memory {old.id} refused: added instead" in done.error
+
+    def test_a_late_request_cannot_overwrite_what_a_newer_one_stated(self) -> None:
+        # Stored from a request of 2026-06-01; this request's messages were said 2026-05-01.
+        newer = datetime(2026, 6, 1, tzinfo=UTC)
+        [rome] = self.existing_many("User lives in Rome", created_at=newer)
+        self.fake.script(facts("User lives in Paris"), decisions(
+            {"fact": 0, "event": "UPDATE", "id": "0", "text": "User lives in Paris"},
+        ))  # fmt: skip
+        said = int(datetime(2026, 5, 1, tzinfo=UTC).timestamp())
+        done = self.run_event(self.event("I live in Paris", timestamp=said))
+        assert [m.text for m in self.memories(state="active")] == ["User lives in Rome"]
+        assert f"UPDATE of {rome.id} refused: it was observed 2026-06-01" in done.error
+        # The model was shown both dates.
+        prompt = self.fake.requests[1]["body"]["messages"][0]["content"]
+        assert "The candidates were observed on 2026-05-01." in prompt
+        assert "existing id 0 (observed 2026-06-01): User lives in Rome" in prompt
+
+    def test_extracted_memories_take_the_requests_time_and_an_update_carries_the_old_ones_data(
+        self,
+    ) -> None:
+        [old] = self.existing_many(
+            "User lives in NYC", metadata={"source": "crm", "lang": "en"},
+            categories=["personal_details"], expiration_date="2030-01-01",
+            created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        )  # fmt: skip
+        self.fake.script(
+            Reply({"facts": [{"text": "User lives in SF", "category": "Travel"},
+                             {"text": "User likes jazz", "category": "vibes"}]}),
+            decisions({"fact": 0, "event": "UPDATE", "id": "0", "text": "User lives in SF"}),
+        )  # fmt: skip
+        said = int(datetime(2026, 5, 1, 12, tzinfo=UTC).timestamp())
+        done = self.run_event(
+            self.event("I moved to SF; I like jazz", timestamp=said, metadata={"lang": "fr"})
+        )
+        by_text = {m.text: m for m in self.memories(state="active")}
+        sf, jazz = by_text["User lives in SF"], by_text["User likes jazz"]
+        assert sf.created_at == jazz.created_at == datetime(2026, 5, 1, 12, tzinfo=UTC)
+        assert sf.structured_attributes["month"] == 5
+        assert sf.metadata == {"source": "crm", "lang": "fr"}  # the request's value wins
+        assert sf.categories == ["personal_details", "travel"]
+        assert str(sf.expiration_date) == "2030-01-01"
+        assert old.id != sf.id
+        # A category outside the configured list (Mem0's defaults here) is dropped, noted.
+        assert jazz.categories == []
+        assert "category 'vibes' is not configured, dropped" in done.error
