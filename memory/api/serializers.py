@@ -6,11 +6,13 @@ Response shapes are documented in responses.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time
 from typing import Any
+from zoneinfo import ZoneInfo, available_timezones
 
 from django.conf import settings
 from django.db.models import Q
@@ -283,6 +285,11 @@ class MessagesField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
+@functools.cache
+def _timezones() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
 class AddSerializer(ScopeMixin):
     messages = MessagesField()
     filters = BoundedJSONField(required=False, allow_null=True)
@@ -298,9 +305,28 @@ class AddSerializer(ScopeMixin):
     custom_categories = BoundedJSONField(required=False, allow_null=True)
     includes = TextField(required=False, allow_blank=True)
     excludes = TextField(required=False, allow_blank=True)
+    # When the messages were said, for extraction (relative dates, the memories' time): Mem0 v3's
+    # observation_date (YYYY-MM-DD) or observation_datetime (ISO 8601), read in `timezone`
+    # (an IANA name; UTC by default). Without them, `timestamp`, else the time of the request.
+    observation_date = serializers.DateField(required=False, allow_null=True)
+    observation_datetime = serializers.CharField(required=False, allow_null=True, max_length=64)
+    timezone = serializers.CharField(required=False, allow_blank=True, max_length=64)
 
     def validate_metadata(self, value: Any) -> dict[str, Any]:
         return validate_metadata(value)
+
+    def validate_timezone(self, value: str) -> str:
+        if value and value not in _timezones():
+            raise serializers.ValidationError(f"unknown time zone {value!r} (an IANA name).")
+        return value
+
+    def validate_observation_datetime(self, value: str | None) -> datetime | None:
+        if not value:
+            return None
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise serializers.ValidationError("must be an ISO 8601 date and time.") from None
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
         if value is not None and not isinstance(value, dict):
@@ -365,7 +391,23 @@ class AddSerializer(ScopeMixin):
             "includes": data.get("includes", ""),
             "excludes": data.get("excludes", ""),
             "memory_type": data.get("memory_type"),
+            "observed_at": self.observed_at(),
+            "timezone": data.get("timezone") or "",
         }
+
+    def observed_at(self) -> str | None:
+        """observation_datetime, or observation_date's midnight, as an aware ISO moment read
+        in `timezone`; None without either."""
+        data = self.validated_data
+        zone = ZoneInfo(data.get("timezone") or "UTC")
+        moment: datetime | None = data.get("observation_datetime")
+        if moment is None and data.get("observation_date") is not None:
+            moment = datetime.combine(data["observation_date"], time())
+        if moment is None:
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=zone)
+        return moment.isoformat()
 
     def created_at(self) -> datetime | None:
         ts = self.validated_data.get("timestamp")

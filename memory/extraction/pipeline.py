@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -441,13 +442,13 @@ def store_procedure(
 def message_turn(position: int, message: dict[str, Any], *, with_part: bool = True) -> Turn:
     """A payload message as the extractor sees it: its text, or for a multimodal part its
     placeholder and, `with_part`, the part itself (checked again: the payload is input)."""
-    content = message["content"]
+    content, name = message["content"], message.get("name") or ""
     if isinstance(content, str):
-        return Turn(position, message["role"], content)
+        return Turn(position, message["role"], content, name=name)
     if not with_part:
-        return Turn(position, message["role"], describe(content))
+        return Turn(position, message["role"], describe(content), name=name)
     part = parse_part(content)
-    return Turn(position, message["role"], part.placeholder(), part)
+    return Turn(position, message["role"], part.placeholder(), part, name=name)
 
 
 def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
@@ -461,12 +462,10 @@ def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
     recent: list[Turn] = []
     for previous in earlier:
         recent = [
-            message_turn(-1, m, with_part=False) for m in previous.payload["messages"]
+            shortened(message_turn(-1, m, with_part=False)) for m in previous.payload["messages"]
         ] + recent
-    observed = payload.get("timestamp")
-    observed_on = (
-        datetime.fromtimestamp(observed, tz=UTC).date() if observed else event.created_at.date()
-    )
+    zone = payload.get("timezone") or ""
+    observed_on = observed_at(event).astimezone(ZoneInfo(zone or "UTC")).date()
     summary = ScopeSummary.objects.filter(
         project_id=event.project_id, **scope_lookup(scope)
     ).first()
@@ -480,7 +479,18 @@ def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
         includes=payload.get("includes") or "",
         excludes=payload.get("excludes") or "",
         about_agent=bool(scope.get("agent_id")) and not scope.get("user_id"),
+        timezone=zone,
     )
+
+
+# Earlier messages are context only: each is cut to this many characters.
+RECENT_CHARACTERS = 600
+
+
+def shortened(turn: Turn) -> Turn:
+    if len(turn.content) <= RECENT_CHARACTERS:
+        return turn
+    return replace(turn, content=turn.content[:RECENT_CHARACTERS] + " […]")
 
 
 def prepare(project_id: uuid.UUID, scope: dict[str, Any], facts: Sequence[Fact]) -> Prepared:
@@ -666,8 +676,11 @@ def _relation(relation: graph.Relation) -> dict[str, Any]:
 
 
 def observed_at(event: MemoryEvent) -> datetime:
-    """When the event's messages were said: the request's `timestamp`, else when it came."""
-    timestamp = event.payload.get("timestamp")
+    """When the event's messages were said: the request's observation date or time, else its
+    `timestamp`, else when it came."""
+    observed, timestamp = event.payload.get("observed_at"), event.payload.get("timestamp")
+    if observed:
+        return datetime.fromisoformat(observed)
     return datetime.fromtimestamp(timestamp, tz=UTC) if timestamp else event.created_at
 
 

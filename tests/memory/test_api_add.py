@@ -172,3 +172,38 @@ class AddTestCase(BaseTestCase):
         response = self.add({"messages": messages, "user_id": "alice"})
         assert response.status_code == 400
         assert "limit is 500" in response.json()["detail"]
+
+
+class ObservationTimeTestCase(AddTestCase):
+    """Mem0 v3's observation_date / observation_datetime / timezone, kept for extraction."""
+
+    def queued(self, **extra: Any) -> Any:
+        return self.add({"messages": "I ran yesterday", "user_id": "alice", "infer": True, **extra})
+
+    def payload(self, response: Any) -> dict[str, Any]:
+        assert response.status_code == 200, response.content
+        with project_context(self.alice.key.project_id):
+            return dict(MemoryEvent.objects.get(pk=response.json()["event_id"]).payload)
+
+    def test_a_date_or_a_time_is_read_in_the_time_zone(self) -> None:
+        paris = self.payload(self.queued(observation_date="2024-05-13", timezone="Europe/Paris"))
+        assert (paris["observed_at"], paris["timezone"]) == (
+            "2024-05-13T00:00:00+02:00", "Europe/Paris"
+        )  # fmt: skip
+        naive = self.payload(self.queued(observation_datetime="2024-05-13T08:30:00"))
+        assert naive["observed_at"] == "2024-05-13T08:30:00+00:00"  # UTC without a zone
+        given = self.payload(self.queued(observation_datetime="2024-05-13T08:30:00-07:00",
+                                         timezone="Asia/Tokyo"))  # fmt: skip
+        assert given["observed_at"] == "2024-05-13T08:30:00-07:00"  # its own offset wins
+        assert self.payload(self.queued())["observed_at"] is None
+
+    def test_bad_values_are_refused(self) -> None:
+        for extra in (
+            {"timezone": "Mars/Olympus_Mons"}, {"timezone": "../etc/passwd"},
+            {"observation_datetime": "yesterday"}, {"observation_date": "2024-13-01"},
+        ):  # fmt: skip
+            response = self.queued(**extra)
+            assert response.status_code == 400, extra
+            assert next(iter(extra)) in str(response.json()["detail"])
+        with project_context(self.alice.key.project_id):
+            assert not MemoryEvent.objects.exists()
