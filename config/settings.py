@@ -285,6 +285,9 @@ ENGRAM_GRAPH_EXTRACTION = env_bool("ENGRAM_GRAPH_EXTRACTION", True)
 ENGRAM_DECIDE_SIMILARITY_FLOOR = env_float(
     "ENGRAM_DECIDE_SIMILARITY_FLOOR", 0.3, minimum=-1, maximum=1
 )
+# The scope's running summary (context for extraction) is refreshed once every this many
+# processed add requests, folding them in together (one model call instead of one per request).
+ENGRAM_SUMMARY_EVERY = env_int("ENGRAM_SUMMARY_EVERY", 3, minimum=1)
 # At most this many memories deleted by the model's decisions in one add request.
 ENGRAM_MAX_DELETES_PER_EVENT = env_int("ENGRAM_MAX_DELETES_PER_EVENT", 3, minimum=0)
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.

@@ -131,6 +131,14 @@ class Usage:
         return {name: getattr(self, name) for name in self.COUNTS}
 
     @classmethod
+    def from_counts(cls, counts: dict[str, Any]) -> Usage:
+        """The figures an event recorded (its `usage`), to add to."""
+        usage = cls()
+        for name in cls.COUNTS:
+            setattr(usage, name, int(counts.get(name) or 0))
+        return usage
+
+    @classmethod
     def of(cls, usage: Any) -> Usage:
         """One call's usage, from the SDK's `response.usage`."""
         return cls(
@@ -890,10 +898,18 @@ def _turns(turns: Sequence[Turn]) -> str:
 # --- Offline --------------------------------------------------------------------------------
 
 FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|we|our|us)\b", re.IGNORECASE)
+# A leading greeting or acknowledgement ("Hello, ", "Thanks! ", "OK so "), stripped so the
+# statement after it is kept ("Hello, my name is Ann." keeps "my name is Ann.").
 GREETING = re.compile(
-    r"^(hi|hello|hey|thanks|thank you|bye|goodbye|good (morning|evening|night)|ok|okay|cool)\b",
+    r"^(?:(?:hi|hello|hey|thanks|thank you|bye|goodbye|good (?:morning|evening|night)|ok|okay|"
+    r"cool|well|so|oh)\b(?: there)?[\s,;:!.-]*)+",
     re.IGNORECASE,
 )
+# Short first-person replies that state nothing.
+FILLERS = frozenset({
+    "i see", "i know", "i agree", "me too", "i guess", "i think so", "i don't know", "i'm fine",
+    "i'm good", "i'm ok", "i'm okay", "i am fine", "i'm sorry", "i see you", "i understand",
+})  # fmt: skip
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 DUPLICATE_SIMILARITY = 0.9
 
@@ -964,8 +980,10 @@ def offline_triples(text: str, self_name: str) -> list[tuple[str, str, str]]:
 class OfflineExtractor:
     """A deterministic stand-in when no Claude key is configured.
 
-    It keeps first-person statements from user messages (agent messages for an agent scope),
-    sentence by sentence, verbatim; drops greetings, questions and fragments under three words;
+    English only. It keeps first-person statements from user messages (for an agent scope, the
+    agent's own messages, first person or not), sentence by sentence, verbatim but for a
+    leading greeting ("Hello, my name is Ann." keeps "My name is Ann."); drops questions,
+    single words and short fillers ("I see", "me too");
     treats a statement as known (NONE) when an existing memory is at least 0.9 similar; and
     otherwise ADDs. It never updates or deletes, resolves no dates and assigns no categories.
     A procedural memory is the numbered transcript of the messages. It keeps no running summary.
@@ -982,12 +1000,13 @@ class OfflineExtractor:
             if turn.role != speaker or turn.part is not None:  # text only: parts are skipped
                 continue
             for sentence in SENTENCE.split(turn.content.strip()):
-                text = sentence.strip()
+                text = GREETING.sub("", sentence.strip())
+                text = text[:1].upper() + text[1:]
                 key = text.lower().rstrip(".!")
                 if (
-                    len(text.split()) < 3
+                    len(text.split()) < 2
                     or text.endswith("?")
-                    or GREETING.match(text)
+                    or key in FILLERS
                     or not (context.about_agent or FIRST_PERSON.search(text))
                     or key in seen
                 ):

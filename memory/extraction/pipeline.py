@@ -485,6 +485,8 @@ def build_context(event: MemoryEvent, scope: dict[str, Any]) -> Context:
 
 # Earlier messages are context only: each is cut to this many characters.
 RECENT_CHARACTERS = 600
+# A summary refresh folds in at most this many requests (the most recent ones).
+SUMMARY_EVENTS_AT_MOST = 20
 
 
 def shortened(turn: Turn) -> Turn:
@@ -791,16 +793,39 @@ def _finish(event: MemoryEvent, status: str, error: str) -> None:
 
 
 def refresh_summary(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> None:
-    """Fold a processed request's messages into its scope's running summary."""
+    """Fold the scope's processed requests into its running summary, once every
+    ENGRAM_SUMMARY_EVERY of them: the requests finished since the summary was last written, up
+    to and including this one, when there are that many (else nothing, no model call). What the
+    call cost is added to this event's usage."""
     with project_context(project_id):
         event = MemoryEvent.objects.get(pk=event_id)
         scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
         current = ScopeSummary.objects.filter(project_id=project_id, **scope_lookup(scope)).first()
-    turns = [message_turn(i, m, with_part=False) for i, m in enumerate(event.payload["messages"])]
-    text, _ = extractor.summarize(current.text if current else "", turns)
-    if text is None:
+        pending = MemoryEvent.objects.filter(
+            status=MemoryEvent.Status.SUCCEEDED,
+            completed_at__lte=event.completed_at,
+            **scope_lookup(scope),
+        )
+        if current is not None:
+            pending = pending.filter(completed_at__gt=current.updated_at)
+        events = list(pending.order_by("-completed_at")[:SUMMARY_EVENTS_AT_MOST])[::-1]
+    if len(events) < settings.ENGRAM_SUMMARY_EVERY or event.completed_at is None:
         return
+    turns = [
+        shortened(message_turn(i, m, with_part=False))
+        for folded in events
+        for i, m in enumerate(folded.payload["messages"])
+    ]
+    text, usage = extractor.summarize(current.text if current else "", turns)
     with project_context(project_id):
-        ScopeSummary.objects.update_or_create(
+        if usage.calls:
+            totals = Usage.from_counts(event.usage or {})
+            totals.add(usage)
+            MemoryEvent.objects.filter(pk=event.pk).update(usage=totals.counts())
+        if text is None:
+            return
+        # Written as of the last request folded in (update() keeps that time: no auto_now).
+        summary, _ = ScopeSummary.objects.update_or_create(
             project_id=project_id, **scope, defaults={"text": text}
         )
+        ScopeSummary.objects.filter(pk=summary.pk).update(updated_at=event.completed_at)

@@ -392,7 +392,8 @@ class MultimodalTestCase(BaseTestCase):
         assert self.memories() == [fact]
         # The running summary reads the placeholders, never the image data.
         self.fake.script(Reply({"summary": "Alice has a grey cat."}))
-        pipeline.refresh_summary(event.id, self.alice.key.project_id, self.claude)
+        with self.settings(ENGRAM_SUMMARY_EVERY=1):
+            pipeline.refresh_summary(event.id, self.alice.key.project_id, self.claude)
         summary_prompt = self.prompt(-1)
         assert "[2] user: [image: image/png" in summary_prompt
         assert b64(PNG) not in summary_prompt

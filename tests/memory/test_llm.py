@@ -225,6 +225,17 @@ def test_it_extracts_offline_first_person_statements_only() -> None:
     assert usage.calls == 0
 
 
+def test_offline_it_strips_greetings_and_keeps_short_statements() -> None:
+    turns = [
+        Turn(0, "user", "Hello, my name is Ann. I'm vegan. I see. Thanks! I live in Oslo"),
+        Turn(1, "user", "OK so I work at Acme. Hi there! Me too. Bye!"),
+    ]
+    facts, _ = OfflineExtractor().extract(Context(turns, date(2026, 11, 22)))
+    assert [f.text for f in facts] == [
+        "My name is Ann.", "I'm vegan.", "I live in Oslo", "I work at Acme."
+    ]  # fmt: skip
+
+
 def test_it_decides_offline_by_similarity_and_never_deletes() -> None:
     facts = [Fact("I live in NYC"), Fact("I got married")]
     near = Existing(uuid.uuid4(), "I live in NYC.", 0.97)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 
 from memory.extraction.llm import ClaudeExtractor, OfflineExtractor
@@ -243,6 +244,7 @@ class PipelineTestCase(ExtractionTestCase):
             == "3. assistant: Called book(Nopa, 19:30, 2): confirmation A12"
         )
 
+    @override_settings(ENGRAM_SUMMARY_EVERY=1)
     def test_it_keeps_a_running_summary_and_uses_it_as_context(self) -> None:
         first = self.event("I'm planning a trip to Japan in April")
         trip = "User plans a trip to Japan in April 2027"
@@ -461,3 +463,27 @@ class PromptTestCase(ExtractionTestCase):
         prompt = self.body()["messages"][0]["content"]
         assert "[0] user (ann): I'm Ann\n[1] user (bob): I'm Bob" in prompt
         assert "x" * 600 + " […]" in prompt and "x" * 601 not in prompt
+
+
+class SummaryCadenceTestCase(ExtractionTestCase):
+    @override_settings(ENGRAM_SUMMARY_EVERY=2)
+    def test_the_summary_is_refreshed_once_every_n_requests_and_its_cost_recorded(self) -> None:
+        self.fake.script(Reply({"facts": []}), Reply({"facts": []}))
+        first = self.run_event(self.event("I'm planning a trip to Japan"))
+        refresh_summary(first.id, self.project.pk, self.claude)
+        assert self.tools() == ["record_facts"]  # one request only: no summary call yet
+        second = self.run_event(self.event("Tokyo first, then Kyoto"))
+        self.fake.script(Reply({"summary": "Alice plans Japan: Tokyo, then Kyoto."}, usage=(70, 9)))
+        refresh_summary(second.id, self.project.pk, self.claude)
+        assert self.tools() == ["record_facts", "record_facts", "record_summary"]
+        prompt = self.fake.requests[-1]["body"]["messages"][0]["content"]
+        assert "I'm planning a trip to Japan" in prompt and "Tokyo first, then Kyoto" in prompt
+        with project_context(self.project.pk):
+            summary = ScopeSummary.objects.get(user_id="alice")
+            usage = MemoryEvent.objects.get(pk=second.pk).usage
+        assert summary.text == "Alice plans Japan: Tokyo, then Kyoto."
+        assert summary.updated_at == second.completed_at
+        assert (usage["calls"], usage["input_tokens"]) == (2, 190)  # facts 120 + summary 70
+        # Both requests are folded in: the next refresh waits for two new ones.
+        refresh_summary(second.id, self.project.pk, self.claude)
+        assert len(self.fake.requests) == 3
