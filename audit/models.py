@@ -67,19 +67,22 @@ class AccessLog(models.Model):
 class PurgeRecord(models.Model):
     """One row per erasure (GDPR): what was removed, never whose data it was.
 
-    Written only by the database function `engram_erase_user` (audit migration 0008), in the
-    erasure's own transaction. It holds the project, the kind of subject ("user"), a salted
-    hash of the erased id (memory.actions.erasure_subject_hash: HMAC-SHA256 with a key derived
-    from SECRET_KEY), the number of rows removed or rewritten per store, and who asked. No text,
-    no id in clear. Append-only in the database like the access log: the application role may
-    only read and insert, and the trigger refuses UPDATE and DELETE for every role, erasure
-    included.
+    Written only by the database functions `engram_erase_user` (audit migration 0008),
+    `engram_erase_memories` and `engram_purge_events` (0012), in the erasure's own
+    transaction. It holds the project, the kind of subject ("user", "memory", "retention"), a
+    salted hash of the erased id (memory.actions.erasure_subject_hash: HMAC-SHA256 with a key
+    derived from SECRET_KEY), the number of rows removed or rewritten per store, and who
+    asked. No text, no id in clear. Append-only in the database like the access log: the
+    application role may only read and insert, and the trigger refuses UPDATE and DELETE for
+    every role, erasure included.
     """
 
     APPEND_ONLY = True
 
     class Subject(models.TextChoices):
-        USER = "user"
+        USER = "user"  # engram_erase_user: one end user, every store
+        MEMORY = "memory"  # engram_erase_memories: one memory redacted
+        RETENTION = "retention"  # purge_expired: deleted memories, event payloads past retention
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No database constraint: the record outlives the project it names.

@@ -102,6 +102,9 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "config.urls"
+# The operator dashboard's login (memory/web/); the admin keeps its own.
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "web:home"
 WSGI_APPLICATION = "config.wsgi.application"
 
 TEMPLATES = [
@@ -114,6 +117,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "memory.web.common.dashboard_context",
             ],
         },
     },
@@ -176,6 +180,13 @@ if LOCAL:
 # Request bodies larger than this are refused with 413 before they are read.
 ENGRAM_MAX_BODY_BYTES = env_int("ENGRAM_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ENGRAM_MAX_BODY_BYTES
+# The server's public address ("https://memory.example.com"), the start of the end-user
+# dashboard links the API mints (tenants.links); unset: the address the request came to.
+ENGRAM_PUBLIC_URL = env_str("ENGRAM_PUBLIC_URL", "").rstrip("/")
+if ENGRAM_PUBLIC_URL and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", ENGRAM_PUBLIC_URL):
+    raise ImproperlyConfigured(
+        f"ENGRAM_PUBLIC_URL={ENGRAM_PUBLIC_URL!r} must be an http(s) URL (no query)."
+    )
 # An API key's last_used_at is refreshed at most this often, so reads do not write every time.
 ENGRAM_KEY_LAST_USED_RESOLUTION_SECONDS = 60
 
@@ -266,6 +277,10 @@ ENGRAM_FETCH_TIMEOUT = env_int("ENGRAM_FETCH_TIMEOUT", 10, minimum=1)
 ENGRAM_MAX_DOCUMENT_BYTES = env_int("ENGRAM_MAX_DOCUMENT_BYTES", 512 * 1024, minimum=1024)
 # An add's Idempotency-Key is remembered this long; an older one is a new key (memory.api).
 ENGRAM_IDEMPOTENCY_HOURS = env_int("ENGRAM_IDEMPOTENCY_HOURS", 24, minimum=1)
+# Retention (purge_expired), for projects that set none: days a deleted memory, and an add
+# request's messages and results, are kept before being erased for good; 0 keeps them for ever.
+ENGRAM_DELETED_RETENTION_DAYS = env_int("ENGRAM_DELETED_RETENTION_DAYS", 30, minimum=0)
+ENGRAM_EVENT_RETENTION_DAYS = env_int("ENGRAM_EVENT_RETENTION_DAYS", 90, minimum=0)
 # Weight of search's entity signal (memories linked to entities the query names) against the
 # keyword (1.0) and semantic (0.5) signals; 0 turns it off (memory.retrieval.search).
 ENGRAM_SEARCH_ENTITY_WEIGHT = env_float("ENGRAM_SEARCH_ENTITY_WEIGHT", 0.5, minimum=0, maximum=10)

@@ -29,4 +29,5 @@ urlpatterns = [
         name="docs",
     ),
     path("admin/", admin.site.urls),
+    path("", include("memory.web.urls")),  # the dashboards (memory/web/)
 ]

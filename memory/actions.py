@@ -142,7 +142,10 @@ def _as_actor(actor: Actor | str) -> Actor:
 
 
 def check_mutable(memory: Memory, actor: Actor, change: str) -> None:
-    """The immutability rule, for every caller: no update ever; no delete by the model."""
+    """The immutability rule, for every caller: no update ever; no delete by the model. A
+    redacted memory is a skeleton: nothing of it changes any more."""
+    if memory.state == Memory.State.REDACTED:
+        raise ImmutableMemoryError(f"Memory {memory.id} is redacted and cannot be {change}d.")
     if memory.immutable and (change == "update" or actor.kind == "extractor"):
         raise ImmutableMemoryError(f"Memory {memory.id} is immutable and cannot be {change}d.")
 
@@ -633,7 +636,7 @@ ERASURE_HASH_LABEL = "engram.erasure.subject.v1"
 # The stores engram_erase_user reports on, in the order they are listed.
 ERASURE_STORES = (
     "memories", "feedback", "entity_links", "graph_entities", "graph_relations", "history",
-    "summaries", "events", "queue_messages", "exports", "access_log",
+    "summaries", "events", "queue_messages", "exports", "idempotency", "access_log",
 )  # fmt: skip
 
 
@@ -648,12 +651,13 @@ def do_erase_user(
 ) -> dict[str, int]:
     """Erase one user of one project from every store, for good (GDPR right to erasure).
 
-    One call of the database function `engram_erase_user` (audit migrations 0008, 0010), in
+    One call of the database function `engram_erase_user` (audit migrations 0008, 0010, 0013), in
     one transaction in the project's tenant context: it deletes the user's memories, their
     feedback, entity links and history, the user's vertices in the project's AGE graph
     (graph_entities: every vertex whose user_id is the user) with their edges and any edge of
-    the user (graph_relations), scope summaries, add requests and their queue messages, and
-    the exports that hold any of it; replaces the id by its salted hash in the access log; and
+    the user (graph_relations), scope summaries, add requests and their queue messages, the
+    exports that hold any of it and the answers kept for Idempotency-Key replays that name its
+    memories (idempotency); replaces the id by its salted hash in the access log; and
     writes a purge record with the counts. Returns the rows per store; `dry_run` counts only
     and writes nothing. A second run erases nothing and records that.
     """
@@ -713,6 +717,21 @@ def do_request_user_erasure(
     return request
 
 
+def do_hide_and_request_erasure(
+    project: Project | uuid.UUID, user_id: str, *, actor: Actor | str
+) -> tuple[int, ErasureRequest]:
+    """The right to erasure as a caller asks it (the API's user delete, the end user's own
+    dashboard): in one transaction, hide every active memory of the user at once (the soft
+    delete, with history rows) and queue the erasure (do_request_user_erasure). Returns the
+    number of memories hidden and the request."""
+    project_id = project.pk if isinstance(project, Project) else project
+    with project_context(project_id):
+        hidden = do_delete_memories(
+            Memory.objects.for_project(project_id).filter(user_id=user_id), actor=actor
+        )
+        return hidden, do_request_user_erasure(project_id, user_id, actor=actor)
+
+
 def do_run_erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> bool:
     """Carry out a requested erasure; True when the job is done (or was), False to retry.
 
@@ -747,3 +766,107 @@ def do_run_erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> bool:
             )
         return final
     return True
+
+
+# -- Redaction and retention (audit migration 0012: engram_erase_memories, engram_purge_events)
+
+# The stores engram_erase_memories reports on, in the order they are listed.
+MEMORY_ERASURE_STORES = (
+    "memories", "feedback", "entity_links", "graph_entities", "graph_relations", "history",
+    "contexts", "summaries", "events", "exports", "idempotency",
+)  # fmt: skip
+
+
+def _erase_memories(
+    project_id: uuid.UUID,
+    memory_ids: Sequence[uuid.UUID],
+    *,
+    redact: bool,
+    subject: tuple[str, str],
+    actor: Actor,
+    reason: str = "",
+    dry_run: bool = False,
+) -> dict[str, int]:
+    """One call of engram_erase_memories in the project's tenant context (see the migration)."""
+    kind, subject_id = subject
+    with project_context(project_id), connection.cursor() as cursor:
+        if not dry_run:
+            # Valid edges only these memories backed become invalid first, as for a delete.
+            graph.retract_memories(project_id, memory_ids)
+        cursor.execute(
+            "SELECT engram_erase_memories(%s, %s::uuid[], %s, %s, %s, %s, %s, %s)",
+            [
+                project_id, list(memory_ids), redact, kind,
+                erasure_subject_hash(project_id, kind, subject_id), str(actor), reason, dry_run,
+            ],
+        )  # fmt: skip
+        return _counts(cursor.fetchone(), MEMORY_ERASURE_STORES)
+
+
+def _counts(row: Any, stores: Sequence[str]) -> dict[str, int]:
+    counts = row[0] if row else {}
+    if isinstance(counts, str):  # Django leaves jsonb undecoded outside a JSONField
+        counts = json.loads(counts)
+    ordered = sorted(counts, key=lambda s: stores.index(s) if s in stores else len(stores))
+    return {store: int(counts[store]) for store in ordered}
+
+
+def do_redact_memory(
+    memory: Memory, *, actor: Actor | str, reason: str = "", dry_run: bool = False
+) -> dict[str, int]:
+    """Remove a memory's text for good from every store, keeping its skeleton (GDPR).
+
+    A legal removal: allowed for any memory, immutable, superseded or deleted included. The
+    memory becomes `redacted` (text "[redacted]", zero vector, no metadata; never listed,
+    searched, changed or restored); its history rows keep who and when with the text blanked,
+    and a REDACT row (actor, `reason`) is added; the add requests that carried it lose their
+    messages' contents and its text in their results; feedback reasons, entity links, graph
+    edges only it backed (and entities left without edges or links), the scope's running
+    summary and its text in exports go. One purge record (counts, no text). Returns the rows
+    per store; a second redaction counts nothing. `dry_run` counts only.
+    """
+    who = _as_actor(actor)
+    with project_context(memory.project_id):
+        hold_user(memory.project_id, memory.user_id, exclusive=True)
+        return _erase_memories(
+            memory.project_id, [memory.pk], redact=True, subject=("memory", str(memory.pk)),
+            actor=who, reason=reason, dry_run=dry_run,
+        )  # fmt: skip
+
+
+# Memories erased per call of the database function (one transaction each).
+RETENTION_CHUNK = 500
+
+
+def do_purge_memories(
+    project_id: uuid.UUID,
+    memory_ids: Sequence[uuid.UUID],
+    *,
+    actor: Actor | str,
+    dry_run: bool = False,
+) -> dict[str, int]:
+    """Erase these memories for good (purge_expired: deleted longer ago than the retention
+    period): the rows, their history and feedback, and their text wherever it was copied, as
+    redaction does. One transaction and, when it erased something, one purge record."""
+    if not memory_ids:
+        return {}
+    ids = sorted(memory_ids)
+    subject = ("retention", ",".join(str(i) for i in ids))
+    return _erase_memories(
+        project_id, ids, redact=False, subject=subject, actor=_as_actor(actor), dry_run=dry_run
+    )
+
+
+def do_purge_event_payloads(
+    project_id: uuid.UUID, *, before: datetime, actor: Actor | str, dry_run: bool = False
+) -> dict[str, int]:
+    """Blank the messages, metadata, results and graph summary of the project's finished add
+    requests created before `before` (and the messages their history rows quote); the rows
+    stay, with status, usage and timings. One purge record when it blanked something."""
+    subject = erasure_subject_hash(project_id, "retention", before.isoformat())
+    with project_context(project_id), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT engram_purge_events(%s, %s, %s, %s, %s)",
+            [project_id, before, subject, str(_as_actor(actor)), dry_run],
+        )
+        return _counts(cursor.fetchone(), ("events", "history"))

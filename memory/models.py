@@ -102,6 +102,9 @@ class Memory(Scoped):
         ACTIVE = "active"
         SUPERSEDED = "superseded"
         DELETED = "deleted"
+        # A skeleton whose text is gone for good (POST /v1/memories/{id}/redact/): ids, scope,
+        # dates and history rows stay; never listed, searched, changed or restored.
+        REDACTED = "redacted"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memories")
@@ -321,6 +324,7 @@ class MemoryHistory(Scoped):
         UPDATE = "UPDATE"
         DELETE = "DELETE"
         RESTORE = "RESTORE"  # a deleted memory made active again (an operator's correction)
+        REDACT = "REDACT"  # its text removed from it and every version (engram_erase_memories)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")

@@ -10,11 +10,27 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import date, datetime
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import CharField, Count, F, IntegerField, Max, Min, Q, QuerySet, Value
+from django.db.models import (
+    BigIntegerField,
+    CharField,
+    Count,
+    F,
+    IntegerField,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, TruncDate
 
 from audit.models import ErasureRequest
 from memory import graph
@@ -29,6 +45,7 @@ from memory.models import (
     MemoryQuerySet,
 )
 from memory.retrieval.filters import FilterError, compile_filters, scope_fields_named
+from tenants.models import Project
 
 # Entity types of the Mem0 API and the scope field each one is.
 ENTITY_TYPES = {"user": "user_id", "agent": "agent_id", "app": "app_id", "run": "run_id"}
@@ -46,7 +63,8 @@ def idempotent_request(project_id: uuid.UUID, key: str) -> IdempotentRequest | N
 
 def get_memory(project_id: uuid.UUID, memory_id: uuid.UUID) -> Memory | None:
     """The project's memory, unless deleted; None for another project's id too (no leak)."""
-    found = memories(project_id).light().exclude(state=Memory.State.DELETED).filter(pk=memory_id)
+    gone = (Memory.State.DELETED, Memory.State.REDACTED)
+    found = memories(project_id).light().exclude(state__in=gone).filter(pk=memory_id)
     return next(iter(found), None)
 
 
@@ -98,7 +116,7 @@ WITH RECURSIVE chain(root, id, depth) AS (
     JOIN memory_memory m ON m.replaced_by_id = c.id AND m.project_id = %(project)s
 ) CYCLE id SET looped USING path
 SELECT c.root, c.id FROM chain c JOIN memory_memory m ON m.id = c.id
-WHERE NOT c.looped AND m.state <> 'deleted'
+WHERE NOT c.looped AND m.state NOT IN ('deleted', 'redacted')
 ORDER BY c.root, c.depth, m.created_at DESC, m.id
 """
 
@@ -122,7 +140,8 @@ def linked_for_update(project_id: uuid.UUID, memory_id: uuid.UUID) -> list[Memor
     """The memories `memory_id` superseded, transitively and not deleted, oldest first, locked
     for the caller's transaction (a delete with delete_linked)."""
     ids = linked_memory_ids(project_id, [memory_id])[memory_id]
-    rows = memories(project_id).light().exclude(state=Memory.State.DELETED).filter(pk__in=ids)
+    gone = (Memory.State.DELETED, Memory.State.REDACTED)
+    rows = memories(project_id).light().exclude(state__in=gone).filter(pk__in=ids)
     return list(rows.order_by("created_at", "id").select_for_update())
 
 
@@ -177,12 +196,37 @@ def history(project_id: uuid.UUID, memory_id: uuid.UUID) -> list[MemoryHistory] 
     return list(rows.order_by("created_at", "id"))
 
 
-def events(project_id: uuid.UUID, status: str | None = None) -> QuerySet[MemoryEvent]:
-    """The project's add requests, newest first, optionally of one status."""
+def events(
+    project_id: uuid.UUID, status: str | None = None, *, user_id: str | None = None
+) -> QuerySet[MemoryEvent]:
+    """The project's add requests, newest first, optionally of one status and one user."""
     found = MemoryEvent.objects.filter(project_id=project_id)
     if status:
         found = found.filter(status=status)
+    if user_id:
+        found = found.filter(user_id=user_id)
     return found.order_by("-created_at", "-id")
+
+
+def _usage_total(key: str) -> Coalesce:
+    return Coalesce(Sum(Cast(KT(f"usage__{key}"), BigIntegerField())), 0)
+
+
+def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, Any]]:
+    """Add requests created from `since` and their model usage (MemoryEvent.usage), per day
+    (in the current time zone), newest first: day, events, calls, input_tokens,
+    output_tokens. One GROUP BY query; events without usage (offline, pending) count 0."""
+    rows = (
+        MemoryEvent.objects.filter(project_id=project_id, created_at__gte=since)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(
+            events=Count("id"),
+            **{key: _usage_total(key) for key in ("calls", "input_tokens", "output_tokens")},
+        )
+        .order_by("-day")
+    )
+    return list(rows)
 
 
 def event(project_id: uuid.UUID, event_id: uuid.UUID) -> MemoryEvent | None:
@@ -312,3 +356,164 @@ def search_relations(
 def erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> ErasureRequest | None:
     """An erasure asked through the API (audit.models.ErasureRequest), in the project."""
     return ErasureRequest.objects.filter(project_id=project_id, pk=request_id).first()
+
+
+# --- dashboard: scopes and memories (memory.web.memories) --------------------------------------
+
+# One statement per scope kind, UNION ALL-ed: the kind's ids with their active memories, most
+# first, capped; count(*) OVER () runs after GROUP BY and before LIMIT, so it is the number of
+# distinct ids matching, in the same scan. The field names come from ENTITY_TYPES, never from
+# input; the filter text is a parameter (strpos: a substring, no LIKE pattern to escape).
+_SCOPE_COUNTS = """(
+SELECT %(kind_{kind})s AS kind, {field} AS entity, count(*) AS total, count(*) OVER () AS ids
+FROM memory_memory
+WHERE project_id = %(project)s AND state = 'active' AND {field} IS NOT NULL
+  AND strpos(lower({field}), lower(%(contains)s)) > 0
+GROUP BY {field} ORDER BY total DESC, {field} LIMIT %(limit)s
+)"""
+
+
+@dataclass(frozen=True)
+class ScopeCounts:
+    top: list[tuple[str, int]]  # (scope id, active memories), most first
+    matching: int  # how many ids matched in all
+
+
+def scope_counts(
+    project_id: uuid.UUID, *, contains: str = "", limit: int = 25
+) -> dict[str, ScopeCounts]:
+    """For each scope kind (user, agent, app, run): its ids containing `contains` (any case)
+    with their number of active memories, at most `limit`, most first. One query."""
+    sql = " UNION ALL ".join(
+        _SCOPE_COUNTS.format(kind=kind, field=field) for kind, field in ENTITY_TYPES.items()
+    )
+    params: dict[str, Any] = {"project": project_id, "contains": contains, "limit": limit}
+    params.update({f"kind_{kind}": kind for kind in ENTITY_TYPES})
+    top: dict[str, list[tuple[str, int]]] = {kind: [] for kind in ENTITY_TYPES}
+    matching = dict.fromkeys(ENTITY_TYPES, 0)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for kind, entity, total, ids in cursor.fetchall():
+            top[kind].append((entity, total))
+            matching[kind] = ids
+    return {kind: ScopeCounts(top[kind], matching[kind]) for kind in ENTITY_TYPES}
+
+
+def browse_memories(
+    project_id: uuid.UUID,
+    *,
+    scope: dict[str, str],
+    state: str | None = Memory.State.ACTIVE,
+    categories: Sequence[str] = (),
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+) -> MemoryQuerySet:
+    """The dashboard's list: the project's memories whose scope ids equal those given (the
+    others may be anything), in `state` (None: any but redacted, which is never listed),
+    expired or not, newest first."""
+    found = memories(project_id).light().filter(**{f: v for f, v in scope.items() if v})
+    if state is not None:
+        found = found.filter(state=state)
+    else:
+        found = found.exclude(state=Memory.State.REDACTED)
+    if categories:
+        found = found.filter(categories__overlap=[c.lower() for c in categories])
+    if created_from:
+        found = found.filter(created_at__gte=created_from)
+    if created_to:
+        found = found.filter(created_at__lte=created_to)
+    return found.order_by("-created_at", "-id")
+
+
+def memory_in_any_state(project_id: uuid.UUID, memory_id: uuid.UUID) -> Memory | None:
+    """The project's memory, deleted or superseded too (the dashboard shows and restores
+    those); None for another project's id."""
+    return memories(project_id).light().filter(pk=memory_id).first()
+
+
+# --- end-user dashboard (memory/web/enduser.py): one user's own memories --------------------
+
+
+def user_memories(project_id: uuid.UUID, user_id: str) -> MemoryQuerySet:
+    """The user's own scope: their active memories, whatever the agent, app or run, newest
+    first (by the partial (project, user_id, created_at) index)."""
+    return memories(project_id).active().filter(user_id=user_id).order_by("-created_at", "-id")
+
+
+def user_memory(project_id: uuid.UUID, user_id: str, memory_id: uuid.UUID) -> Memory | None:
+    """One active memory of the user; None for another user's or another project's id."""
+    return user_memories(project_id, user_id).light().filter(pk=memory_id).first()
+
+
+def source_messages(project_id: uuid.UUID, memory: Memory) -> list[dict[str, Any]]:
+    """Where a memory came from: the messages of its add request (each with `role`, `content`,
+    `name` and `used`, true for the messages it was taken from), or for a message stored
+    verbatim (infer=false, no request row) the message its ADD history row kept; [] if none."""
+    if memory.source_event_id is None:
+        return []
+    found = MemoryEvent.objects.filter(
+        project_id=project_id, pk=memory.source_event_id, user_id=memory.user_id
+    ).values_list("payload", flat=True)
+    payload = next(iter(found), None)
+    if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
+        used = set(memory.source_positions)
+        return [
+            {**message, "used": position in used}
+            for position, message in enumerate(payload["messages"])
+            if isinstance(message, dict)
+        ]
+    added = MemoryHistory.objects.filter(
+        project_id=project_id, memory_id=memory.id, event=MemoryHistory.Event.ADD
+    ).values_list("input", flat=True)
+    kept = next(iter(added), None) or []
+    return [{**m, "used": True} for m in kept if isinstance(m, dict)]
+
+
+def histories(
+    project_id: uuid.UUID, memory_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[MemoryHistory]]:
+    """The history of each of `memory_ids`, oldest first, in one query."""
+    found: dict[uuid.UUID, list[MemoryHistory]] = {memory_id: [] for memory_id in memory_ids}
+    rows = MemoryHistory.objects.filter(project_id=project_id, memory_id__in=list(memory_ids))
+    for row in rows.order_by("created_at", "id"):
+        found[row.memory_id].append(row)
+    return found
+
+
+# -- Retention (purge_expired)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What purge_expired erases in one project now (None: that store is kept for ever)."""
+
+    today: date
+    deleted_before: datetime | None
+    events_before: datetime | None
+
+
+def retention(project: Project, now: datetime) -> Retention:
+    """The project's retention periods (its own, else the server's defaults; 0 keeps)."""
+
+    def cutoff(days: int | None, default: int) -> datetime | None:
+        chosen = default if days is None else days
+        return now - timedelta(days=chosen) if chosen else None
+
+    return Retention(
+        today=now.date(),
+        deleted_before=cutoff(
+            project.deleted_retention_days, settings.ENGRAM_DELETED_RETENTION_DAYS
+        ),
+        events_before=cutoff(project.event_retention_days, settings.ENGRAM_EVENT_RETENTION_DAYS),
+    )
+
+
+def retention_due(project_id: uuid.UUID, policy: Retention) -> list[uuid.UUID]:
+    """The memories to erase for good, oldest first: those deleted before
+    `policy.deleted_before` (a delete stamps updated_at); none if deleted ones are kept."""
+    if policy.deleted_before is None:
+        return []
+    rows = memories(project_id).filter(
+        state=Memory.State.DELETED, updated_at__lt=policy.deleted_before
+    )
+    return list(rows.order_by("updated_at", "id").values_list("pk", flat=True))

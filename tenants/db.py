@@ -130,7 +130,12 @@ NARROW_PRIVILEGES: dict[str, LiteralString] = {
 
 # SECURITY DEFINER functions (owned by the owner role) the application role may EXECUTE, and
 # no other role: the one way into the append-only tables (audit migration 0008, GDPR erasure).
-APP_FUNCTIONS: tuple[LiteralString, ...] = ("engram_erase_user(uuid, text, text, text, boolean)",)
+APP_FUNCTIONS: tuple[LiteralString, ...] = (
+    "engram_erase_user(uuid, text, text, text, boolean)",
+    # Redaction of memories and retention purges (audit migration 0012).
+    "engram_erase_memories(uuid, uuid[], boolean, text, text, text, text, boolean)",
+    "engram_purge_events(uuid, timestamptz, text, text, boolean)",
+)
 
 
 def grant_runtime_privileges(using: str = "default", **kwargs: Any) -> None:

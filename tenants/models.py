@@ -36,6 +36,11 @@ class Project(models.Model):
     # Per-project extraction settings (Mem0's project options), used by the extraction pipeline.
     custom_instructions = models.TextField(blank=True)
     custom_categories = models.JSONField(default=list, blank=True)
+    # Retention (purge_expired): days a deleted memory, and an add request's messages and
+    # results, are kept before they are erased for good. Empty: the server's default
+    # (ENGRAM_DELETED_RETENTION_DAYS, ENGRAM_EVENT_RETENTION_DAYS); 0: kept for ever.
+    deleted_retention_days = models.PositiveIntegerField(null=True, blank=True)
+    event_retention_days = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -15,6 +15,7 @@ from audit.access import note_access
 from memory import actions, queries
 from memory.api import responses as r
 from memory.api.common import EntityPagination, _positive, actor, tenant
+from memory.models import SCOPE_MAX_LENGTH
 from memory.queries import ENTITY_TYPES
 
 
@@ -77,13 +78,21 @@ def delete_entity(request: Request, entity_type: str, name: str) -> Response:
         raise serializers.ValidationError(
             f"Unknown entity type {entity_type!r}; use one of {', '.join(ENTITY_TYPES)}."
         )
-    with tenant(request, status=202 if field == "user_id" else 200) as project:
-        count = actions.do_delete_memories(
-            queries.memories(project).filter(**{field: name}), actor=actor(request)
+    if len(name) > SCOPE_MAX_LENGTH:  # no memory can have such an id (found by fuzzing)
+        raise serializers.ValidationError(
+            f"A {entity_type} id has at most {SCOPE_MAX_LENGTH} characters; this one has "
+            f"{len(name)}."
         )
+    with tenant(request, status=202 if field == "user_id" else 200) as project:
         erasure = None
         if field == "user_id":
-            erasure = actions.do_request_user_erasure(project, name, actor=actor(request))
+            count, erasure = actions.do_hide_and_request_erasure(
+                project, name, actor=actor(request)
+            )
+        else:
+            count = actions.do_delete_memories(
+                queries.memories(project).filter(**{field: name}), actor=actor(request)
+            )
         note_access(request, scope={field: name}, result_count=count)
     if erasure is None:
         return Response({"message": f"Entity deleted successfully; {count} memories deleted."})

@@ -455,3 +455,28 @@ SEARCH_LEGACY = PolymorphicProxySerializer(
     resource_type_field_name=None,
     many=False,
 )
+
+
+# --- end-user dashboard links (memory/api/enduser.py) ---------------------------------------
+
+
+class DashboardLinkSerializer(Closed):
+    url = serializers.URLField(
+        help_text="The user's own dashboard: absolute, signed; whoever holds it sees and can "
+        "change that user's memories in this project until it expires."
+    )
+    expires_at = serializers.DateTimeField(help_text="When the link stops working (UTC).")
+
+
+# -- Redaction (memory/api/redact.py) ----------------------------------------------------------
+
+
+class RedactedSerializer(Closed):
+    message = serializers.CharField()
+    id = serializers.UUIDField(help_text="The redacted memory (its skeleton keeps this id).")
+    counts = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Rows changed or removed per store (memories, feedback, entity_links, "
+        "graph_entities, graph_relations, history, contexts, summaries, events, exports); all "
+        "0 when the memory was already redacted.",
+    )

@@ -2,7 +2,18 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memory.api import batch, entities, events, exports, feedback, graph, memories, search
+from memory.api import (
+    batch,
+    enduser,
+    entities,
+    events,
+    exports,
+    feedback,
+    graph,
+    memories,
+    redact,
+    search,
+)
 
 urlpatterns = [
     path("v3/memories/add/", memories.add_memories, name="add"),
@@ -14,6 +25,7 @@ urlpatterns = [
     path("v1/memories/", memories.memories_v1, name="memories-v1"),
     path("v1/memories/<uuid:memory_id>/", memories.memory_detail, name="memory"),
     path("v1/memories/<uuid:memory_id>/history/", memories.memory_history, name="history"),
+    path("v1/memories/<uuid:memory_id>/redact/", redact.redact_memory, name="redact"),
     path("v1/batch/", batch.batch, name="batch"),
     path("v1/entities/", entities.entities, name="entities"),
     path("v2/entities/<str:entity_type>/<str:name>/", entities.delete_entity, name="entity"),
@@ -26,4 +38,5 @@ urlpatterns = [
     path("v1/exports/get/", exports.get_export, name="export-get"),
     path("v1/graph/", graph.relations, name="graph"),
     path("v1/graph/traverse/", graph.traverse, name="graph-traverse"),
+    path("v1/users/<str:user_id>/dashboard-link/", enduser.dashboard_link, name="dashboard-link"),
 ]

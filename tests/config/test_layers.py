@@ -20,7 +20,11 @@ FORBIDDEN = {
     "memory.retrieval": ("memory.actions", "memory.queries", "memory.api", "memory.extraction"),
     "memory.queries": ("memory.actions", "memory.api", "memory.extraction"),
     "memory.actions": ("memory.queries", "memory.api", "memory.extraction"),
-    "memory.extraction": ("memory.api",),
+    "memory.extraction": ("memory.api", "memory.web"),
+    # The dashboards are an entry point beside the API: they write through actions, read
+    # through queries, and share nothing with the API's modules.
+    "memory.web": ("memory.api", "memory.mcp", "memory.extraction"),
+    "memory.api": ("memory.web",),
     # The graph store sits beside retrieval: models and tenants only (for now nothing imports it).
     "memory.graph": (
         "memory.actions",

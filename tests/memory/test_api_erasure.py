@@ -87,6 +87,15 @@ class ApiErasureTestCase(BaseTestCase):
         assert self.call("get", f"/v1/erasures/{uuid.uuid4()}/").status_code == 404
         assert self.call("get", "/v1/erasures/not-a-uuid/").status_code == 404
 
+    def test_an_id_longer_than_any_stored_one_is_refused(self) -> None:
+        for kind in ("user", "agent"):
+            response = self.call("delete", f"/v2/entities/{kind}/{'x' * 256}/")
+            assert response.status_code == 400
+            assert "at most 255 characters" in response.json()["detail"]
+        with project_context(self.project.pk):
+            assert not ErasureRequest.objects.exists()
+        assert self.active_texts() == {"Alice likes tea", "Alice lives in Oslo", "Bob likes tea"}
+
     def test_agents_apps_and_runs_are_only_deleted(self) -> None:
         with self.captureOnCommitCallbacks(execute=False) as queued:
             response = self.call("delete", "/v2/entities/agent/alices-bot/")

@@ -305,6 +305,12 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(200, "get", "/v1/graph/?user_id=alice&page_size=1"),
             Sample(400, "get", "/v1/graph/?agent_id=*"),
             Sample(404, "get", "/v1/graph/?user_id=alice&page=99"),
+            Sample(200, "post", "/v1/users/alice/dashboard-link/", {"expires_in": 600}),
+            Sample(400, "post", "/v1/users/alice/dashboard-link/", {"expires_in": 1}),
+            # After the batch delete of chess: a deleted memory can be redacted too.
+            Sample(200, "post", f"/v1/memories/{i['chess']}/redact/", {"reason": "GDPR"}),
+            Sample(400, "post", f"{missing}redact/", {"reason": "x" * 501}),
+            Sample(404, "post", f"{missing}redact/", {}),
         ]
         return table + list(self.every_operation())
 
@@ -317,7 +323,7 @@ class ApiSchemaTestCase(BaseTestCase):
             "erasure_id": self.ids["erasure"],
         }
         for method, path, operation in operations():
-            concrete = path.format(**values, entity_type="user", name="alice")
+            concrete = path.format(**values, entity_type="user", name="alice", user_id="alice")
             takes_body = "requestBody" in operation or (method, path) in UNDECLARED_BODY
             body: dict[str, Any] | None = {} if takes_body else None
             yield Sample(401, method, concrete, body, key=False)

@@ -29,6 +29,7 @@ from memory import graph
 from memory.actions import do_erase_user, erasure_subject_hash
 from memory.models import (
     Feedback,
+    IdempotentRequest,
     Memory,
     MemoryEntity,
     MemoryEvent,
@@ -48,7 +49,7 @@ OTHER = "okapi-2c9d"  # another user of the same project, with the same texts
 TEXT = f"Keeps the {MARK} notebook in the blue drawer"
 STORES = {
     "memories", "feedback", "entity_links", "graph_entities", "graph_relations", "history",
-    "summaries", "events", "queue_messages", "exports", "access_log",
+    "summaries", "events", "queue_messages", "exports", "idempotency", "access_log",
 }  # fmt: skip
 
 Row = tuple[str, str, str]  # (table, tenant the row was seen in or "-", the row as text)
@@ -85,6 +86,11 @@ def plant(client: Any, world: World, key: NewApiKey, user: str) -> None:
         "messages": f"A second {MARK} fact", "user_id": user, "agent_id": "bot",
         "infer": False})  # fmt: skip
     changed = second["results"][0]["id"]
+    # Its answer (the memory, text included) is kept for replays of the Idempotency-Key.
+    kept = client.post("/v1/memories/", {"messages": f"A kept {MARK} answer", "user_id": user,
+                                         "infer": False}, content_type="application/json",
+                       headers={**auth(key.raw), "Idempotency-Key": f"kept-{user}"})  # fmt: skip
+    assert kept.status_code == 200, kept.content
     call(client, key, "put", f"/v1/memories/{changed}/", {"text": f"An updated {MARK} fact"})
     call(client, key, "delete", f"/v1/memories/{changed}/")
     queued = call(client, key, "post", "/v3/memories/add/", {
@@ -202,6 +208,10 @@ def subjects(world: World) -> dict[str, int]:
             "events": len(events),
             "queue_messages": queued,
             "exports": MemoryExport.objects.filter(filters__user_id=SUBJECT).count(),
+            "idempotency": sum(
+                any(str(m) in str(r) for m in memories)
+                for r in IdempotentRequest.objects.values_list("response", flat=True)
+            ),
             "access_log": len(logs),
         }
 

@@ -1,0 +1,347 @@
+"""The end user's own dashboard, opened by a signed, expiring link (tenants.links).
+
+No login: the token in the path is the credential. Every page resolves it first (a plain 403
+page when it is expired, tampered with or revoked), then reads and writes only the memories
+whose user_id is the link's, inside the link's project context (row-level security too). The
+user can list and search them, see where each came from, correct one (history actor
+"enduser:<id>"), delete one, download everything as JSON and request erasure of everything.
+
+The token is kept out of logs: the page rewrites the request's path (which gunicorn's access
+log and Django's request logging print) to /me/<redacted>/… before anything logs it, and runs
+the CSRF check itself after that (a refused form is logged with the rewritten path). The pages
+are never cached, and send the Referer to this server only: `no-referrer` would make browsers
+send `Origin: null` with the forms, which the CSRF check refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path, re_path
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from config.exceptions import RefusedError
+from config.inputs import text_problem
+from memory import actions, queries
+from memory.actions import Actor
+from memory.models import Memory, MemoryHistory
+from memory.parts import describe
+from memory.retrieval.embeddings import embed_one
+from tenants import links
+from tenants.db import project_context
+from tenants.models import Project
+
+PAGE_SIZE = 20
+# A search ranks the user's memories and pages through the best ones.
+SEARCH_RESULTS = 100
+SEARCH_THRESHOLD = 0.1  # the API's default
+MAX_QUERY_CHARS = 500
+# Who made a change, as the user is told (memory.actions.Actor kinds).
+ACTORS = {
+    "api": "the application",
+    "user": "support staff",
+    "enduser": "you",
+    "extractor": "automatic extraction",
+    "command": "an administrator",
+}
+
+
+@dataclass(frozen=True)
+class EndUser:
+    """The holder of a valid link (`me` in the templates)."""
+
+    link: links.DashboardLink
+    token: str
+
+    @property
+    def user_id(self) -> str:
+        return self.link.user_id
+
+    @property
+    def project_id(self) -> uuid.UUID:
+        return self.link.project_id
+
+    @property
+    def actor(self) -> Actor:
+        return Actor.end_user(self.link.user_id)
+
+    @contextmanager
+    def context(self) -> Iterator[None]:
+        with project_context(self.link.project_id):
+            yield
+
+
+View = Callable[..., HttpResponse]
+
+
+def _hide_token(request: HttpRequest) -> None:
+    # WSGIRequest.META is the server's environ: gunicorn logs its PATH_INFO after the response.
+    request.META["PATH_INFO"] = links.redact_path(str(request.META.get("PATH_INFO", "")))
+    request.path = links.redact_path(request.path)
+
+
+def _secure(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "same-origin"
+    response["X-Robots-Tag"] = "noindex, nofollow"
+    return response
+
+
+def enduser_page(view: Callable[..., HttpResponse]) -> View:
+    """Wrap a view taking (request, me, **kwargs) whose URL starts with the token."""
+
+    @wraps(view)
+    def checked(request: HttpRequest, token: str, **kwargs: Any) -> HttpResponse:
+        try:
+            me = EndUser(links.resolve(token), token)
+        except links.LinkError as refused:
+            return render(
+                request, "web/enduser/refused.html", {"reason": refused.reason}, status=403
+            )
+        try:
+            return view(request, me, **kwargs)
+        except Http404:
+            return render(request, "web/enduser/not_found.html", {"me": me}, status=404)
+
+    protected = csrf_protect(checked)
+
+    @csrf_exempt  # checked by `protected`, once the path no longer shows the token
+    @wraps(view)
+    def page(request: HttpRequest, token: str, **kwargs: Any) -> HttpResponse:
+        _hide_token(request)
+        return _secure(protected(request, token, **kwargs))
+
+    return page
+
+
+def _memory_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise Http404("No such memory.") from None
+
+
+def _own_memory(me: EndUser, memory_id: str) -> Memory:
+    """The user's active memory, inside the caller's context; 404 for anyone else's."""
+    found = queries.user_memory(me.project_id, me.user_id, _memory_id(memory_id))
+    if found is None:
+        raise Http404("No such memory.")
+    return found
+
+
+def _project(me: EndUser) -> Project:
+    return Project.objects.select_related("organization").get(pk=me.project_id)
+
+
+@enduser_page
+@require_GET
+def home(request: HttpRequest, me: EndUser) -> HttpResponse:
+    """The user's memories, newest first, or the best matches of a search; paginated."""
+    query = request.GET.get("q", "").strip()
+    error = ""
+    if len(query) > MAX_QUERY_CHARS:
+        error, query = f"Search for at most {MAX_QUERY_CHARS} characters.", ""
+    embedding = embed_one(query) if query else None  # before the transaction: may be HTTP
+    with me.context():
+        mine = queries.user_memories(me.project_id, me.user_id).light()
+        if embedding is not None:
+            hits = mine.search(
+                query, top_k=SEARCH_RESULTS, threshold=SEARCH_THRESHOLD, embedding=embedding,
+                exact=True,
+            )  # fmt: skip
+            found: Any = [hit.memory for hit in hits]
+        else:
+            found = mine
+        page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
+        context = {
+            "me": me, "project": _project(me), "page": page, "q": query, "error": error,
+            "section": "memories",
+        }  # fmt: skip
+        return render(request, "web/enduser/home.html", context, status=400 if error else 200)
+
+
+class CorrectionForm(forms.Form):
+    text = forms.CharField(
+        label="Corrected text",
+        widget=forms.Textarea(attrs={"rows": 4}),
+        max_length=settings.ENGRAM_MAX_TEXT_CHARS,
+    )
+
+    def clean_text(self) -> str:
+        text: str = self.cleaned_data["text"]
+        problem = text_problem(text)
+        if problem:
+            raise forms.ValidationError(f"The text {problem}.")
+        return text
+
+
+def _sources(me: EndUser, memory: Memory) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": str(message.get("role") or ""),
+            "name": str(message.get("name") or ""),
+            "text": content if isinstance(content, str) else describe(content),
+            "used": message["used"],
+        }
+        for message in queries.source_messages(me.project_id, memory)
+        for content in [message.get("content")]
+    ]
+
+
+def _changes(rows: list[MemoryHistory]) -> list[dict[str, Any]]:
+    return [
+        {
+            "event": row.event,
+            "old_text": row.old_memory,
+            "new_text": row.new_memory,
+            "by": ACTORS.get(row.actor.partition(":")[0], "someone"),
+            "at": row.created_at,
+        }
+        for row in rows
+    ]
+
+
+def _memory_page(
+    request: HttpRequest, me: EndUser, memory: Memory, form: CorrectionForm, status: int = 200
+) -> HttpResponse:
+    history = queries.histories(me.project_id, [memory.id])[memory.id]
+    context = {
+        "me": me,
+        "memory": memory,
+        "form": form,
+        "sources": _sources(me, memory),
+        "changes": _changes(history),
+    }
+    return render(request, "web/enduser/memory.html", context, status=status)
+
+
+@enduser_page
+@require_GET
+def memory_detail(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
+    """One memory: where it came from, its changes, the forms to correct or delete it."""
+    with me.context():
+        memory = _own_memory(me, memory_id)
+        return _memory_page(request, me, memory, CorrectionForm(initial={"text": memory.text}))
+
+
+@enduser_page
+@require_POST
+def correct(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
+    form = CorrectionForm(request.POST)
+    with me.context():
+        memory = _own_memory(me, memory_id)
+        if not form.is_valid():
+            return _memory_page(request, me, memory, form, status=400)
+    text = form.cleaned_data["text"]
+    vector = embed_one(text) if text != memory.text else None  # outside the transaction
+    try:
+        with me.context():
+            memory = _own_memory(me, memory_id)  # still yours, still active
+            actions.do_update_memory(memory, actor=me.actor, text=text, vector=vector)
+    except RefusedError as refused:  # an immutable memory
+        form.add_error("text", str(refused))
+        with me.context():
+            return _memory_page(request, me, memory, form, status=400)
+    messages.success(request, "Your correction is saved.")
+    return redirect("web:enduser_memory", token=me.token, memory_id=memory.id)
+
+
+@enduser_page
+@require_POST
+def delete(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
+    with me.context():
+        memory = _own_memory(me, memory_id)
+        actions.do_delete_memory(memory, actor=me.actor)
+    messages.success(request, "The memory is deleted.")
+    return redirect("web:enduser_home", token=me.token)
+
+
+def _export_entry(memory: Memory, history: list[MemoryHistory]) -> dict[str, Any]:
+    return {
+        "id": str(memory.id),
+        "text": memory.text,
+        "created_at": memory.created_at.isoformat(),
+        "updated_at": memory.updated_at.isoformat(),
+        "expiration_date": memory.expiration_date.isoformat() if memory.expiration_date else None,
+        "categories": list(memory.categories),
+        "metadata": memory.metadata,
+        "user_id": memory.user_id,
+        "agent_id": memory.agent_id,
+        "app_id": memory.app_id,
+        "run_id": memory.run_id,
+        "source_event_id": str(memory.source_event_id) if memory.source_event_id else None,
+        "history": [{**change, "at": change["at"].isoformat()} for change in _changes(history)],
+    }
+
+
+@enduser_page
+@require_GET
+def download(request: HttpRequest, me: EndUser) -> HttpResponse:
+    """Everything remembered about the user, as a JSON file (the right of access)."""
+    with me.context():
+        mine = list(queries.user_memories(me.project_id, me.user_id).light())
+        history = queries.histories(me.project_id, [m.id for m in mine])
+    body = {
+        "user_id": me.user_id,
+        "exported_at": timezone.now().isoformat(),
+        "count": len(mine),
+        "memories": [_export_entry(m, history[m.id]) for m in mine],
+    }
+    response = HttpResponse(
+        json.dumps(body, ensure_ascii=False, indent=2), content_type="application/json"
+    )
+    response["Content-Disposition"] = 'attachment; filename="my-memories.json"'
+    return response
+
+
+@enduser_page
+@require_http_methods(["GET", "POST"])
+def erase(request: HttpRequest, me: EndUser) -> HttpResponse:
+    """Erasure of everything: a confirmation page, then the same path as the API's user delete
+    (the memories hidden at once, the erasure queued for a worker)."""
+    with me.context():
+        if request.method == "POST":
+            actions.do_hide_and_request_erasure(me.project_id, me.user_id, actor=me.actor)
+            return redirect("web:enduser_erased", token=me.token)
+        count = queries.user_memories(me.project_id, me.user_id).count()
+        return render(
+            request, "web/enduser/erase.html", {"me": me, "count": count, "section": "erase"}
+        )
+
+
+@enduser_page
+@require_GET
+def erased(request: HttpRequest, me: EndUser) -> HttpResponse:
+    return render(request, "web/enduser/erased.html", {"me": me})
+
+
+@enduser_page
+def unknown(request: HttpRequest, me: EndUser, rest: str = "") -> HttpResponse:
+    """Any other path under a token: 404, with the token kept out of the logs all the same."""
+    raise Http404("No such page.")
+
+
+urlpatterns = [
+    path("<str:token>/", home, name="enduser_home"),
+    path("<str:token>/m/<str:memory_id>/", memory_detail, name="enduser_memory"),
+    path("<str:token>/m/<str:memory_id>/correct/", correct, name="enduser_correct"),
+    path("<str:token>/m/<str:memory_id>/delete/", delete, name="enduser_delete"),
+    path("<str:token>/download/", download, name="enduser_download"),
+    path("<str:token>/erase/", erase, name="enduser_erase"),
+    path("<str:token>/erase/done/", erased, name="enduser_erased"),
+    re_path(r"^(?P<token>[^/]+)/(?P<rest>.*)$", unknown, name="enduser_unknown"),
+]

@@ -1,0 +1,253 @@
+"""What runs behind a project's memories, for its operators: add requests (events) and what
+extraction costs in model tokens, the project's API keys, and a scope's graph as a picture.
+
+Reads go through memory.queries (the graph: graph_edges and graph_relations, as the API reads
+it); API keys are written through tenants.actions. Readers see everything here and change
+nothing (operator_page answers 403 to their POSTs and to the revoke confirmation).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, time, timedelta
+from typing import Any, cast
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.core.paginator import Page, Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from memory import graph, queries
+from memory.models import SCOPE_MAX_LENGTH, MemoryEvent
+from memory.retrieval.filters import FilterError
+from memory.web import graph_picture
+from memory.web.common import Dashboard, operator_page
+from tenants.actions import do_create_project_key, do_revoke_api_key
+from tenants.models import ApiKey
+
+EVENTS_PER_PAGE = 25
+USAGE_DAYS = 30
+USAGE_KEYS = ("events", "calls", "input_tokens", "output_tokens")
+RELATIONS_PER_PAGE = 50
+# The picture reads at most one API page of relations (graph.MAX_LIMIT) and draws the
+# graph_picture.MAX_NODES entities with most relations among them.
+PICTURE_RELATIONS = graph.MAX_LIMIT
+SCOPE_CHOICES = 25
+
+
+# -- events and model usage ----------------------------------------------------------------
+
+
+class EventFilterForm(forms.Form):
+    status = forms.ChoiceField(choices=[("", "Any"), *MemoryEvent.Status.choices], required=False)
+    user_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="User id")
+
+
+def usage_since(days: int = USAGE_DAYS) -> datetime:
+    """The start of the first of the last `days` days (today included), in the current zone."""
+    first = timezone.localdate() - timedelta(days=days - 1)
+    return timezone.make_aware(datetime.combine(first, time.min))
+
+
+@operator_page()
+def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
+    form = EventFilterForm(request.GET)
+    wanted = form.cleaned_data if form.is_valid() else {}
+    found = queries.events(
+        dash.project.pk, wanted.get("status") or None, user_id=wanted.get("user_id") or None
+    ).defer("payload", "results", "graph")  # the list shows none of them
+    page = Paginator(found, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    days = queries.usage_per_day(dash.project.pk, since=usage_since())
+    totals = {key: sum(day[key] for day in days) for key in USAGE_KEYS}
+    context = {
+        "section": "events",
+        "form": form,
+        "page": page,
+        "days": days,
+        "totals": totals,
+        "usage_days": USAGE_DAYS,
+        "model": settings.ENGRAM_LLM_MODEL,
+        "tz": timezone.get_current_timezone_name(),
+    }
+    return render(request, "web/operator/events.html", context)
+
+
+def _message_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's messages as sent: text as it came, other parts (images, documents) as
+    their JSON."""
+    rows = []
+    for message in payload.get("messages") or []:
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, indent=2)
+        rows.append({"role": message.get("role"), "name": message.get("name"), "text": text})
+    return rows
+
+
+def _memory_id(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+@operator_page()
+def event(request: HttpRequest, dash: Dashboard, event_id: uuid.UUID) -> HttpResponse:
+    found = queries.event(dash.project.pk, event_id)
+    if found is None:
+        raise Http404("No such event.")
+    payload = found.payload if isinstance(found.payload, dict) else {}
+    results = [
+        {**result, "memory_id": _memory_id(result.get("id"))}
+        for result in found.results or []
+        if isinstance(result, dict)
+    ]
+    options = {k: v for k, v in payload.items() if k not in ("messages", "scope") and v}
+    context = {
+        "section": "events",
+        "event": found,
+        "messages_sent": _message_rows(payload),
+        "options": json.dumps(options, indent=2, ensure_ascii=False, sort_keys=True),
+        "results": results,
+        "graph": found.graph or {},
+    }
+    return render(request, "web/operator/event.html", context)
+
+
+# -- API keys --------------------------------------------------------------------------------
+
+
+class KeyForm(forms.Form):
+    name = forms.CharField(max_length=200, label="Name", help_text="What uses it, e.g. 'chat app'")
+
+
+def _keys_page(
+    request: HttpRequest, dash: Dashboard, form: KeyForm, status: int = 200, **extra: Any
+) -> HttpResponse:
+    # ApiKey is not under row-level security (a key is found before its project): the filter
+    # by project is the wall here.
+    keys = ApiKey.objects.filter(project=dash.project).select_related("created_by")
+    context = {
+        "section": "keys",
+        "keys": keys.order_by("revoked_at", "-created_at"),
+        "form": form,
+        **extra,
+    }
+    return render(request, "web/operator/keys.html", context, status=status)
+
+
+@operator_page()
+def keys(request: HttpRequest, dash: Dashboard) -> HttpResponse:
+    return _keys_page(request, dash, KeyForm())
+
+
+@operator_page(write=True)
+@require_POST
+def key_create(request: HttpRequest, dash: Dashboard) -> HttpResponse:
+    """Create a key and show it once, on this response only (never stored, never shown again)."""
+    form = KeyForm(request.POST)
+    if not form.is_valid():
+        return _keys_page(request, dash, form, status=400)
+    new = do_create_project_key(
+        dash.project, name=form.cleaned_data["name"], created_by=cast(User, request.user)
+    )
+    response = _keys_page(request, dash, KeyForm(), status=201, new_key=new)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@operator_page(write=True)
+def key_revoke(request: HttpRequest, dash: Dashboard, key_id: uuid.UUID) -> HttpResponse:
+    """GET: a confirmation form; POST: revoke (the key stops authenticating at once)."""
+    key = ApiKey.objects.filter(project=dash.project, pk=key_id).first()
+    if key is None:
+        raise Http404("No such key.")
+    if request.method != "POST":
+        return render(request, "web/operator/key_revoke.html", {"section": "keys", "key": key})
+    if key.is_revoked:
+        messages.info(request, f"The key {key.name} was already revoked.")
+    else:
+        do_revoke_api_key(key)
+        messages.success(request, f"The key {key.name} is revoked: it no longer authenticates.")
+    return redirect("web:keys", project_id=dash.project.pk)
+
+
+# -- the graph -------------------------------------------------------------------------------
+
+
+class ScopeForm(forms.Form):
+    user_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="User id")
+    agent_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="Agent id")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not (data.get("user_id") or data.get("agent_id")):
+            raise forms.ValidationError("Give a user id or an agent id.")
+        return data
+
+
+def _relation_rows(relations: list[graph.Relation]) -> list[dict[str, Any]]:
+    rows = []
+    for rel in relations:
+        try:
+            since: datetime | None = datetime.fromisoformat(rel.created_at)
+        except ValueError:
+            since = None
+        rows.append(
+            {
+                "relation": rel,
+                "since": since,
+                "memory_ids": [m for m in map(_memory_id, rel.memory_ids) if m is not None],
+            }
+        )
+    return rows
+
+
+@operator_page()
+def graph_view(request: HttpRequest, dash: Dashboard) -> HttpResponse:
+    """A scope's entities and valid relations: a picture (SVG) and a table. A scope is the
+    user id and/or agent id given; the other ids unset, as the API's GET /v1/graph/ reads."""
+    form = ScopeForm(request.GET) if request.GET else ScopeForm()
+    context: dict[str, Any] = {"section": "graph", "form": form}
+    if form.is_bound and form.is_valid():
+        scope = {k: v for k, v in form.cleaned_data.items() if v}
+        try:
+            edges = queries.graph_edges(dash.project.pk, scope)
+        except FilterError as exc:
+            form.add_error(None, str(exc))
+        else:
+            relations = queries.graph_relations(dash.project.pk, edges)
+            # GraphRelations counts and slices in the database, as a paginator wants (the
+            # stubs know only sequences and querysets).
+            paginator: Paginator[graph.Relation] = Paginator(
+                relations,  # type: ignore[arg-type]
+                RELATIONS_PER_PAGE,
+            )
+            page: Page[graph.Relation] = paginator.get_page(request.GET.get("page"))
+            drawn = relations[0:PICTURE_RELATIONS]
+            context |= {
+                "scope": scope,
+                "page": page,
+                "rows": _relation_rows(list(page.object_list)),
+                "picture": graph_picture.picture(drawn),
+                "drawn_relations": len(drawn),
+            }
+    if "scope" not in context:
+        context["users"] = queries.scope_counts(dash.project.pk, limit=SCOPE_CHOICES)["user"]
+    return render(request, "web/operator/graph.html", context)
+
+
+urlpatterns = [
+    path("events/", events, name="events"),
+    path("events/<uuid:event_id>/", event, name="event"),
+    path("keys/", keys, name="keys"),
+    path("keys/create/", key_create, name="key_create"),
+    path("keys/<uuid:key_id>/revoke/", key_revoke, name="key_revoke"),
+    path("graph/", graph_view, name="graph"),
+]

@@ -1,0 +1,20 @@
+"""The dashboards' URLs (namespace "web"): /dashboard/ for operators, /me/ for end users."""
+
+from __future__ import annotations
+
+from django.urls import include, path
+
+from memory.web import enduser, memories, operations, views
+
+app_name = "web"
+
+urlpatterns = [
+    path("dashboard/login/", views.LoginView.as_view(), name="login"),
+    path("dashboard/logout/", views.LogoutView.as_view(), name="logout"),
+    path("dashboard/", views.home, name="home"),
+    path("dashboard/switch/", views.switch, name="switch"),
+    # memories.py owns "dashboard/p/<project_id>/" (name "project": the project's scopes).
+    path("dashboard/p/<uuid:project_id>/", include(memories.urlpatterns)),
+    path("dashboard/p/<uuid:project_id>/", include(operations.urlpatterns)),
+    path("me/", include(enduser.urlpatterns)),
+]

@@ -1,0 +1,370 @@
+"""The operator dashboard's operations pages (memory/web/operations.py): add requests and model
+usage, API keys (create once, revoke, roles) and the scope's graph picture, through the Django
+test client against the real database and AGE graph."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+from django.urls import reverse
+from django.utils import timezone
+
+from memory import graph
+from memory.graph import Scope
+from memory.models import Memory, MemoryEvent
+from memory.web import graph_picture
+from tenants.db import project_context
+from tenants.models import ApiKey, Membership
+from tests.base import BaseTestCase
+from tests.factory import auth, make_key, make_memory
+
+HOSTILE = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+
+def member(name: str, organization: Any, role: str) -> User:
+    user = get_user_model().objects.create_user(name, password="pw")
+    Membership.objects.create(user=user, organization=organization, role=role)
+    return user
+
+
+class OperationsTestCase(BaseTestCase):
+    """Olivia owns Alice's organization, Rita only reads it; Oscar owns Charlie's."""
+
+    olivia: ClassVar[User]
+    rita: ClassVar[User]
+    oscar: ClassVar[User]
+
+    @classmethod
+    def setUpTestData(cls) -> None:
+        super().setUpTestData()
+        organization = cls.alice.key.project.organization
+        cls.olivia = member("olivia", organization, Membership.Role.OWNER)
+        cls.rita = member("rita", organization, Membership.Role.READER)
+        cls.oscar = member("oscar", cls.charlie.key.project.organization, Membership.Role.OWNER)
+
+    @property
+    def project_id(self) -> uuid.UUID:
+        return self.alice.key.project_id
+
+    def url(self, name: str, **kwargs: Any) -> str:
+        return reverse(f"web:{name}", kwargs={"project_id": self.project_id, **kwargs})
+
+    def get(self, user: User | None, name: str, params: Any = None, **kwargs: Any) -> Any:
+        if user is not None:
+            self.client.force_login(user)
+        return self.client.get(self.url(name, **kwargs), params)
+
+    def post(self, user: User, name: str, data: Any = None, **kwargs: Any) -> Any:
+        self.client.force_login(user)
+        return self.client.post(self.url(name, **kwargs), data or {})
+
+    def make_event(self, days_ago: int = 0, project: Any = None, **fields: Any) -> MemoryEvent:
+        project = project or self.alice.key.project
+        fields.setdefault("payload", {"messages": [{"role": "user", "content": "hi"}]})
+        fields.setdefault("user_id", "alice")
+        with project_context(project.pk):
+            event = MemoryEvent.objects.create(project=project, **fields)
+            moment = timezone.now() - timedelta(days=days_ago)
+            MemoryEvent.objects.filter(pk=event.pk).update(created_at=moment)
+        return event
+
+    def api_status(self, raw_key: str) -> int:
+        return int(self.client.get("/v1/events/", headers=auth(raw_key)).status_code)
+
+
+class AccessTestCase(OperationsTestCase):
+    def test_it_requires_login(self) -> None:
+        for name in ("events", "keys", "graph"):
+            response = self.get(None, name)
+            assert response.status_code == 302
+            assert response["Location"].startswith(reverse("web:login"))
+
+    def test_it_validates_ownership(self) -> None:
+        event = self.make_event()
+        key = self.alice.key
+        for name, kwargs in [
+            ("events", {}),
+            ("keys", {}),
+            ("graph", {}),
+            ("event", {"event_id": event.pk}),
+            ("key_revoke", {"key_id": key.pk}),
+        ]:
+            assert self.get(self.oscar, name, **kwargs).status_code == 404, name
+        assert self.post(self.oscar, "key_revoke", key_id=key.pk).status_code == 404
+        assert self.post(self.oscar, "key_create", {"name": "x"}).status_code == 404
+        assert ApiKey.objects.get(pk=key.pk).revoked_at is None
+        assert ApiKey.objects.filter(project_id=self.project_id).count() == 1
+
+    def test_another_projects_event_and_key_answer_404(self) -> None:
+        theirs = self.make_event(project=self.charlie.key.project)
+        assert self.get(self.olivia, "event", event_id=theirs.pk).status_code == 404
+        their_key = self.charlie.key.pk
+        assert self.get(self.olivia, "key_revoke", key_id=their_key).status_code == 404
+        assert self.post(self.olivia, "key_revoke", key_id=their_key).status_code == 404
+        assert ApiKey.objects.get(pk=their_key).revoked_at is None
+
+
+class KeysTestCase(OperationsTestCase):
+    def test_it_lists_the_projects_keys_only(self) -> None:
+        response = self.get(self.rita, "keys")
+        assert response.status_code == 200
+        assert [k.name for k in response.context["keys"]] == ["alice's key"]
+        assert self.alice.key.prefix.encode() in response.content
+        assert self.charlie.key.prefix.encode() not in response.content
+
+    def test_it_pins_the_keys_page_queries(self) -> None:
+        self.client.force_login(self.rita)
+        self.client.get(self.url("keys"))  # the connection then knows its tenant setting
+        # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
+        # 6 project setting, 7 switcher's projects, 8 the keys with their creators (read by
+        # the template), 9 setting cleared, 10 release.
+        with self.assertNumQueries(10):
+            assert self.client.get(self.url("keys")).status_code == 200
+
+    def test_a_reader_sees_keys_but_cannot_create_or_revoke(self) -> None:
+        page = self.get(self.rita, "keys")
+        assert b"Create key" not in page.content and b"Revoke" not in page.content
+        assert self.post(self.rita, "key_create", {"name": "sneaky"}).status_code == 403
+        key = self.alice.key
+        assert self.get(self.rita, "key_revoke", key_id=key.pk).status_code == 403
+        assert self.post(self.rita, "key_revoke", key_id=key.pk).status_code == 403
+        assert ApiKey.objects.filter(project_id=self.project_id).count() == 1
+        assert ApiKey.objects.get(pk=key.pk).revoked_at is None
+        assert self.api_status(self.alice.raw) == 200
+
+    def test_it_creates_a_key_shown_once_that_authenticates(self) -> None:
+        response = self.post(self.olivia, "key_create", {"name": "chat app"})
+        assert response.status_code == 201
+        assert response["Cache-Control"] == "no-store"
+        raw = response.context["new_key"].raw
+        assert raw.encode() in response.content
+        key = ApiKey.objects.get(project_id=self.project_id, name="chat app")
+        assert key.created_by == self.olivia and key.matches(raw)
+        assert raw not in key.key_hash
+        assert self.api_status(raw) == 200
+        again = self.get(self.olivia, "keys")
+        assert raw.encode() not in again.content
+        assert key.prefix.encode() in again.content and b"olivia" in again.content
+
+    def test_a_key_needs_a_name(self) -> None:
+        response = self.post(self.olivia, "key_create", {"name": "  "})
+        assert response.status_code == 400
+        assert ApiKey.objects.filter(project_id=self.project_id).count() == 1
+
+    def test_revoking_a_key_asks_first_and_stops_it_authenticating(self) -> None:
+        created = self.post(self.olivia, "key_create", {"name": "doomed"}).context["new_key"]
+        assert self.api_status(created.raw) == 200
+        confirm = self.get(self.olivia, "key_revoke", key_id=created.key.pk)
+        assert confirm.status_code == 200 and b"Revoke this key" in confirm.content
+        assert ApiKey.objects.get(pk=created.key.pk).revoked_at is None  # a GET changes nothing
+        response = self.post(self.olivia, "key_revoke", key_id=created.key.pk)
+        assert response.status_code == 302 and response["Location"] == self.url("keys")
+        assert ApiKey.objects.get(pk=created.key.pk).revoked_at is not None
+        assert self.api_status(created.raw) == 401
+        assert self.api_status(self.alice.raw) == 200  # the other key still works
+        assert b"revoked" in self.get(self.olivia, "keys").content
+
+
+class EventsTestCase(OperationsTestCase):
+    def test_it_shows_tokens_per_event_and_sums_per_day(self) -> None:
+        usage = {"calls": 2, "input_tokens": 1200, "output_tokens": 345}
+        self.make_event(0, usage=usage, status="SUCCEEDED", extractor="claude")
+        self.make_event(0, usage={"calls": 3, "input_tokens": 800, "output_tokens": 55})
+        self.make_event(0)  # pending: no usage yet, counts as 0
+        self.make_event(2, usage={"calls": 1, "input_tokens": 10, "output_tokens": 5})
+        self.make_event(45, usage={"calls": 9, "input_tokens": 99999, "output_tokens": 9})
+        self.make_event(0, project=self.charlie.key.project, usage=usage)
+        response = self.get(self.rita, "events")
+        today, two_days_ago = timezone.localdate(), timezone.localdate() - timedelta(days=2)
+        days = [(d["day"], d["events"], d["calls"], d["input_tokens"], d["output_tokens"])
+                for d in response.context["days"]]  # fmt: skip
+        assert days == [(today, 3, 5, 2000, 400), (two_days_ago, 1, 1, 10, 5)]
+        totals = {"events": 4, "calls": 6, "input_tokens": 2010, "output_tokens": 405}
+        assert response.context["totals"] == totals
+        assert response.context["page"].paginator.count == 5  # the list keeps every event
+        footer = re.search(rb"<tfoot>.*?</tfoot>", response.content, re.DOTALL)
+        assert footer is not None and all(str(v).encode() in footer[0] for v in totals.values())
+        assert b">1200<" in response.content and b">345<" in response.content
+        assert b"99999" in response.content  # the old event's own row, outside the 30 days
+
+    def test_it_filters_events_by_status_and_user(self) -> None:
+        failed = self.make_event(status="FAILED", error="model timed out", attempts=3)
+        self.make_event(status="SUCCEEDED")
+        bobs = self.make_event(user_id="bob")
+        found = self.get(self.rita, "events", {"status": "FAILED"}).context["page"].object_list
+        assert [e.pk for e in found] == [failed.pk]
+        found = self.get(self.rita, "events", {"user_id": "bob"}).context["page"].object_list
+        assert [e.pk for e in found] == [bobs.pk]
+        assert b"model timed out" in self.get(self.rita, "events").content
+
+    def test_it_pages_events_newest_first(self) -> None:
+        made = [self.make_event(days_ago=i) for i in range(27)]
+        first = self.get(self.rita, "events").context["page"]
+        assert [e.pk for e in first.object_list] == [e.pk for e in made[:25]]
+        second = self.get(self.rita, "events", {"page": "2"}).context["page"]
+        assert [e.pk for e in second.object_list] == [e.pk for e in made[25:]]
+
+    def test_it_pins_the_events_page_queries(self) -> None:
+        self.make_event(usage={"calls": 1, "input_tokens": 1, "output_tokens": 1})
+        self.client.force_login(self.rita)
+        self.client.get(self.url("events"))  # the connection then knows its tenant setting
+        # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
+        # 6 project setting, 7 count of events, 8 usage per day, 9 switcher's projects,
+        # 10 the page of events (read by the template), 11 setting cleared, 12 release.
+        with self.assertNumQueries(12):
+            assert self.client.get(self.url("events")).status_code == 200
+
+    def test_the_event_page_shows_the_request_escaped_and_links_its_memories(self) -> None:
+        with project_context(self.project_id):
+            memory = make_memory(self.project_id, "User likes tea")
+        payload = {"messages": [{"role": "user", "content": f"I like tea {HOSTILE}"}]}
+        results = [{"id": str(memory.pk), "memory": memory.text, "event": "ADD"}]
+        graph_summary = {
+            "status": "SUCCEEDED",
+            "entities": [{"name": "tea", "type": "food"}],
+            "added": [{"id": 1, "source": "alice", "relationship": "likes", "destination": "tea"}],
+            "invalidated": [
+                {"id": 2, "source": "alice", "relationship": "likes", "destination": HOSTILE}
+            ],
+        }
+        usage = {"calls": 4, "input_tokens": 4321, "output_tokens": 123}
+        event = self.make_event(
+            payload=payload, results=results, graph=graph_summary, usage=usage,
+            status="SUCCEEDED", extractor="claude", attempts=1, error=f"partly {HOSTILE}",
+        )  # fmt: skip
+        response = self.get(self.rita, "event", event_id=event.pk)
+        assert response.status_code == 200
+        assert HOSTILE.encode() not in response.content
+        assert response.content.count(ESCAPED.encode()) == 3  # message, error, graph
+        memory_url = reverse(
+            "web:memory", kwargs={"project_id": self.project_id, "memory_id": memory.pk}
+        )
+        assert f'href="{memory_url}"'.encode() in response.content
+        for text in (b"4321 input tokens", b"SUCCEEDED", b"claude", b"<del>alice"):
+            assert text in response.content
+
+    def test_an_event_with_an_erased_payload_still_renders(self) -> None:
+        event = self.make_event(payload={}, results=[{"event": "ADD"}, "junk"])
+        response = self.get(self.rita, "event", event_id=event.pk)
+        assert response.status_code == 200 and b"No messages kept" in response.content
+
+
+class GraphTestCase(OperationsTestCase):
+    memories: ClassVar[dict[str, Memory]]
+
+    @classmethod
+    def setUpTestData(cls) -> None:
+        super().setUpTestData()
+        project, alice = cls.alice.key.project_id, Scope(user_id="alice")
+        with project_context(project):
+            cls.memories = {
+                "tea": make_memory(project, "Alice likes tea"),
+                "acme": make_memory(project, "Alice works at Acme"),
+            }
+        graph.upsert_relation(
+            project, "Alice", "likes", "Tea", alice, memory_id=cls.memories["tea"].pk
+        )
+        graph.upsert_relation(
+            project, "Alice", "works at", "Acme", alice, memory_id=cls.memories["acme"].pk
+        )
+        graph.upsert_relation(project, "Alice", "knows", HOSTILE, alice)
+        graph.upsert_relation(project, "Alice", "likes", "Java", alice)
+        graph.invalidate_relations(project, alice, source="alice", destination="java")
+        graph.upsert_relation(project, "Bob", "likes", "Coffee", Scope(user_id="bob"))
+        graph.upsert_relation(
+            cls.charlie.key.project_id, "Alice", "knows", "Charlie's secret", alice
+        )
+
+    def test_it_draws_the_scopes_valid_relations_as_svg_and_a_table(self) -> None:
+        response = self.get(self.rita, "graph", {"user_id": "alice"})
+        assert response.status_code == 200
+        svg = re.search(rb"<svg.*?</svg>", response.content, re.DOTALL)
+        assert svg is not None
+        assert b'role="img"' in svg[0] and b'aria-labelledby="graph-title graph-desc"' in svg[0]
+        for name in (b"alice", b"tea", b"acme"):
+            assert b">" + name + b"<" in svg[0], name
+        assert b">" + ESCAPED.encode() + b" (1 relation)</title>" in svg[0]  # label shortened
+        assert HOSTILE.encode() not in response.content
+        assert b"java" not in response.content  # invalidated
+        assert b"coffee" not in response.content and b"secret" not in response.content
+        rows = [
+            (r["relation"].source, r["relation"].relationship, r["relation"].destination)
+            for r in response.context["rows"]
+        ]
+        assert rows == [
+            ("alice", "likes", "tea"),
+            ("alice", "works_at", "acme"),
+            ("alice", "knows", HOSTILE.lower()),
+        ]
+        tea_url = reverse(
+            "web:memory",
+            kwargs={"project_id": self.project_id, "memory_id": self.memories["tea"].pk},
+        )
+        assert tea_url.encode() in response.content
+
+    def test_an_empty_scope_or_graph_says_so(self) -> None:
+        response = self.get(self.rita, "graph", {"user_id": "nobody"})
+        assert response.status_code == 200
+        assert b"No relations in this scope yet" in response.content
+        assert b"<svg" not in response.content
+        fresh = make_key("initech", "main").key.project  # its graph was never made
+        member("ida", fresh.organization, Membership.Role.READER)
+        self.client.force_login(get_user_model().objects.get(username="ida"))
+        empty = self.client.get(
+            reverse("web:graph", kwargs={"project_id": fresh.pk}), {"user_id": "ida"}
+        )
+        assert empty.status_code == 200 and b"No relations in this scope yet" in empty.content
+
+    def test_without_a_scope_it_offers_the_users(self) -> None:
+        with project_context(self.project_id):
+            make_memory(self.project_id, "Bob drinks coffee", user_id="bob")
+        response = self.get(self.rita, "graph")
+        assert response.status_code == 200 and b"<svg" not in response.content
+        assert b"?user_id=alice" in response.content and b"?user_id=bob" in response.content
+
+    def test_hostile_get_parameters_never_fail(self) -> None:
+        event = self.make_event()
+        hostile: list[dict[str, Any]] = [
+            {"user_id": "*"},
+            {"user_id": "a\x00b"},
+            {"user_id": "x" * 10_000},
+            {"user_id": "alice", "agent_id": "$$ }) DETACH DELETE n //"},
+            {"user_id": "alice", "page": "-1"},
+            {"user_id": "alice", "page": "99999"},
+            {"user_id": "alice", "page": "abc"},
+            {"status": HOSTILE, "user_id": "' OR 1=1 --"},
+            {"status": "FAILED", "page": "0"},
+            {"page": "1e9"},
+            {"user_id": ["alice", "bob"]},
+        ]
+        for params in hostile:
+            for name, kwargs in (("graph", {}), ("events", {}), ("event", {"event_id": event.pk})):
+                response = self.get(self.rita, name, params, **kwargs)
+                # 400 only for a NUL: config.inputs refuses it before any view.
+                expected = 400 if any("\x00" in str(v) for v in params.values()) else 200
+                assert response.status_code == expected, (name, params)
+                assert HOSTILE.encode() not in response.content
+
+    def test_the_picture_caps_nodes_by_degree_and_is_deterministic(self) -> None:
+        hub = [self.relation("hub", f"spoke {i:02}") for i in range(70)]
+        pair = [self.relation("spoke 00", "spoke 01")]
+        picture = graph_picture.picture(hub + pair, max_nodes=60)
+        assert picture.capped and picture.entities == 71 and len(picture.nodes) == 60
+        assert [n.name for n in picture.nodes[:3]] == ["hub", "spoke 00", "spoke 01"]
+        assert picture == graph_picture.picture(hub + pair, max_nodes=60)
+        for node in picture.nodes:
+            assert 0 <= float(node.x) <= picture.width and 0 <= float(node.y) <= picture.height
+
+    @staticmethod
+    def relation(source: str, destination: str) -> graph.Relation:
+        return graph.Relation(
+            id=0, source=source, relationship="links", destination=destination, valid=True,
+            created_at="", invalidated_at=None, memory_ids=[], event_id=None,
+            scope={"user_id": "u"}, source_id=0, destination_id=0,
+        )  # fmt: skip
