@@ -75,6 +75,8 @@ cat <<MSG
     API       http://127.0.0.1:$PORT/        (Mem0-compatible; try /v1/ping/)
     API docs  http://127.0.0.1:$PORT/api/docs/
     API key   $(cat "$KEY_FILE")
+    Dashboard http://127.0.0.1:$PORT/dashboard/   (first login:
+              set -a; . .local/engram.env; set +a; .venv/bin/python manage.py createsuperuser)
 
   Python:  MemoryClient(host="http://127.0.0.1:$PORT", api_key="<the key above>")
   Stop with Ctrl-C or \`make stop\`.
