@@ -22,6 +22,7 @@ The pipeline (retrieval, applying decisions, events) uses these through `Extract
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import re
 import uuid
@@ -1089,16 +1090,32 @@ def _offline_type(relationship: str) -> str:
 
 
 def get_extractor() -> Extractor:
-    """Claude when ANTHROPIC_API_KEY is set, the offline extractor otherwise."""
+    """Claude when ANTHROPIC_API_KEY is set, the offline extractor otherwise.
+
+    One per process and configuration: the SDK client (its connection pool) is reused by every
+    job a worker runs, instead of one client per job.
+    """
     from django.conf import settings
 
     if not settings.ANTHROPIC_API_KEY:
         return OfflineExtractor()
+    return _claude(
+        (
+            settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL, settings.ENGRAM_LLM_MODEL,
+            settings.ENGRAM_LLM_MAX_TOKENS, settings.ENGRAM_LLM_TIMEOUT,
+            settings.ENGRAM_LLM_MAX_RETRIES,
+        )
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)
+def _claude(config: tuple[str, str | None, str, int, int, int]) -> ClaudeExtractor:
+    api_key, base_url, model, max_tokens, timeout, retries = config
     return ClaudeExtractor(
-        api_key=settings.ANTHROPIC_API_KEY,
-        base_url=settings.ANTHROPIC_BASE_URL,
-        model=settings.ENGRAM_LLM_MODEL,
-        max_tokens=settings.ENGRAM_LLM_MAX_TOKENS,
-        timeout=settings.ENGRAM_LLM_TIMEOUT,
-        max_retries=settings.ENGRAM_LLM_MAX_RETRIES,
+        api_key=api_key,
+        base_url=base_url,
+        model=model,
+        max_tokens=max_tokens,
+        timeout=timeout,
+        max_retries=retries,
     )

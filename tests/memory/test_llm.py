@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import date
+from typing import Any
 
 import anthropic
 import httpx
@@ -20,6 +21,7 @@ from memory.extraction.llm import (
     ModelOutputError,
     OfflineExtractor,
     Turn,
+    get_extractor,
     retry_after_seconds,
 )
 from tests.fake_anthropic import FakeClaude, Reply
@@ -244,3 +246,17 @@ def test_it_decides_offline_by_similarity_and_never_deletes() -> None:
         ("NONE", near.id),
         ("ADD", None),
     ]
+
+
+def test_one_client_per_process_and_configuration(settings: Any) -> None:
+    settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL = "sk-test", "http://127.0.0.1:9"
+    first, again = get_extractor(), get_extractor()
+    assert isinstance(first, ClaudeExtractor) and first is again
+    assert first.client is again.client  # one SDK client (and connection pool) for every job
+    settings.ENGRAM_LLM_MODEL = "claude-other"
+    other = get_extractor()
+    assert (
+        isinstance(other, ClaudeExtractor) and other is not first and other.model == "claude-other"
+    )
+    settings.ANTHROPIC_API_KEY = None
+    assert isinstance(get_extractor(), OfflineExtractor)
