@@ -5,28 +5,35 @@
 2. Pipeline throughput of one worker process with a fake Claude answering after a fixed delay
    (a local Messages API, as in the tests): events/s, and engram's own time per event with the
    model's time taken out, graph extraction included (one entity and one relation per turn,
-   written to the AGE graph). Also model calls and tokens per conversation turn.
+   written to the AGE graph).
+3. A real conversation (LoCoMo), one add request per exchange, through the pipeline and the
+   summary refresh: model calls and estimated input tokens per request, by call, from what the
+   API would be sent (system prompt, tool schema, messages).
 
     .venv/bin/python bench/extraction.py [--requests 500] [--events 200] [--model-delay-ms 50]
+                                         [--conversation-turns 120]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import re
 import sys
 import threading
 import time
 import uuid
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import Api, default_host, fmt_ms, load_local_env, percentiles
+from common import ROOT, Api, default_host, fmt_ms, load_local_env, percentiles
 
 load_local_env()
 
@@ -78,9 +85,8 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
                 {"facts": [{"text": fact, "confidence": 0.9, "positions": [0]}]},
                 delay=delay_ms / 1000,
             ),
-            Reply(
-                {"decisions": [{"fact": 0, "event": "ADD", "text": fact}]}, delay=delay_ms / 1000
-            ),
+            # Asked only when a stored memory is near the fact: any decide call may take it.
+            Reply(respond=add_every_candidate, delay=delay_ms / 1000, tool="record_decisions"),
             # The graph: the user and one topic, one relation; the contradiction check (once the
             # user has edges) finds none.
             Reply(
@@ -112,16 +118,112 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
         f"{elapsed:.1f}s = {events / elapsed:.1f} events/s; engram's own time "
         f"{own / events * 1000:.1f} ms/event = {events / own:.1f} events/s excluding model time"
     )
-    sent = sum(
-        len(str(r["body"].get("system", ""))) + len(str(r["body"]["messages"]))
-        for r in fake.requests
-    )
-    print(
-        f"model calls per turn: {calls / events:.2f} (+1 summary refresh off the path); prompt text "
-        f"sent per turn: {sent / events:.0f} characters, about {sent / events / 4:.0f} input tokens "
-        f"(tool schemas not counted; the fake reports {tokens / events:.0f} tokens of usage)"
-    )
+    print(f"model calls per turn: {calls / events:.2f} (the fake reports {tokens / events:.0f} "
+          "tokens of usage per turn: scripted, not measured)")  # fmt: skip
     server.shutdown()
+
+
+# Anthropic's documented system prompt for tool use with tool_choice "tool" (Claude 4 models).
+TOOL_USE_OVERHEAD_TOKENS = 313
+
+
+def request_tokens(body: dict[str, Any]) -> float:
+    """An estimate of a Messages API request's input tokens: its JSON (system, tools, messages)
+    at about 4 characters a token, plus the tool-use system prompt."""
+    sent = {k: body.get(k) for k in ("system", "tools", "messages")}
+    return len(json.dumps(sent, ensure_ascii=False)) / 4 + TOOL_USE_OVERHEAD_TOKENS
+
+
+def measure_conversation(turns: int, delay_ms: int) -> None:
+    """A real conversation (the first LoCoMo dev conversation), one add request per exchange
+    (one speaker as the user, the other as the assistant), through the pipeline and the summary
+    refresh as a worker runs them, against the fake model: calls and estimated input tokens per
+    request, by call, from what the API would be sent (system, tool schema, messages)."""
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from memory.extraction.llm import ClaudeExtractor
+    from memory.extraction.pipeline import process_event, refresh_summary
+    from memory.models import MemoryEvent
+    from tenants.actions import do_create_api_key
+    from tenants.db import project_context
+    from tests.fake_anthropic import FakeClaude, Reply, _handler
+
+    data = json.loads((ROOT.parent / "shared" / "data" / "locomo-dev.json").read_text())
+    conversation = data[0]["conversation"]
+    user, other = conversation["speaker_a"], conversation["speaker_b"]
+    dialog = [t for n in range(1, 40) for t in conversation.get(f"session_{n}", [])][:turns]
+    fake = FakeClaude()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    # Replies for one tool first: the untargeted one (facts) would answer any call.
+    fake.script(
+        Reply(respond=running_summary, delay=delay_ms / 1000, tool="record_summary", repeat=True),
+        Reply(respond=add_every_candidate, delay=delay_ms / 1000, tool="record_decisions",
+              repeat=True),
+        Reply(respond=fact_per_user_message, delay=delay_ms / 1000, repeat=True),
+    )  # fmt: skip
+    claude = ClaudeExtractor(api_key="bench", base_url=fake.url, model="claude-haiku-5-5",
+                             max_tokens=settings.ENGRAM_LLM_MAX_TOKENS, timeout=30,
+                             max_retries=0)  # fmt: skip
+    project = do_create_api_key(
+        org_name="bench", project_name=f"conversation-{uuid.uuid4().hex[:6]}"
+    ).key.project
+    scope = {"user_id": user.lower(), "agent_id": None, "app_id": None, "run_id": None}
+    requests = 0
+    for start in range(0, len(dialog), 2):
+        messages = [
+            {"role": "user" if t["speaker"] == user else "assistant", "content": t["text"],
+             "name": t["speaker"]}
+            for t in dialog[start : start + 2]
+        ]  # fmt: skip
+        with project_context(project.pk):
+            event = MemoryEvent.objects.create(
+                project=project, payload={"messages": messages, "scope": scope}, **scope
+            )
+        process_event(event.id, project.pk, claude)
+        refresh_summary(event.id, project.pk, claude)  # what the worker runs after each one
+        requests += 1
+    by_tool: dict[str, list[float]] = {}
+    for r in fake.requests:
+        by_tool.setdefault(r["body"]["tool_choice"]["name"], []).append(request_tokens(r["body"]))
+    total = sum(sum(v) for v in by_tool.values())
+    print(
+        f"conversation ({len(dialog)} turns of {user} and {other}, {requests} add requests, "
+        f"ENGRAM_SUMMARY_EVERY={settings.ENGRAM_SUMMARY_EVERY}): "
+        f"{len(fake.requests) / requests:.2f} model calls per request, about "
+        f"{total / requests:,.0f} input tokens per request (estimated from what the API is sent: "
+        "system, tool schema, messages, at 4 characters a token, plus the tool-use prompt)"
+    )
+    for tool, sizes in sorted(by_tool.items()):
+        print(f"  {tool}: {len(sizes) / requests:.2f} calls per request, "
+              f"{sum(sizes) / len(sizes):,.0f} tokens per call")  # fmt: skip
+    server.shutdown()
+
+
+def fact_per_user_message(body: dict[str, Any]) -> dict[str, Any]:
+    """A fake extraction: one fact per user message of the request."""
+    block = body["messages"][0]["content"].split("<messages>")[-1].split("</messages>")[0]
+    facts = [
+        {"text": f"User said: {line.split(': ', 1)[1]}", "positions": [int(line[1:].split("]")[0])]}
+        for line in block.strip().splitlines()
+        if line.startswith("[") and "] user" in line
+    ]
+    return {"facts": facts}
+
+
+def running_summary(body: dict[str, Any]) -> dict[str, Any]:
+    """A fake summary about as long as a real one (about 200 words)."""
+    return {"summary": " ".join(["The user talked about their week and their plans."] * 22)}
+
+
+def add_every_candidate(body: dict[str, Any]) -> dict[str, Any]:
+    prompt = body["messages"][0]["content"]
+    found = re.findall(r"^Candidate (\d+): (.*)$", prompt, re.MULTILINE)
+    return {"decisions": [{"fact": int(n), "event": "ADD", "text": t} for n, t in found]}
 
 
 def main() -> None:
@@ -131,11 +233,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--model-delay-ms", type=int, default=50)
+    parser.add_argument(
+        "--conversation-turns", type=int, default=120, help="LoCoMo turns for the token figures"
+    )
     parser.add_argument("--host", default=default_host())
     args = parser.parse_args()
     rng = random.Random(7)
     print(f"command: {' '.join(sys.argv)}")
     measure_pipeline(args.events, args.model_delay_ms, rng)
+    if args.conversation_turns:
+        measure_conversation(args.conversation_turns, args.model_delay_ms)
+    if not args.requests:
+        return
     from tenants.actions import do_create_api_key
 
     key = do_create_api_key(org_name="bench", project_name="extraction-http").raw
