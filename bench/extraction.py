@@ -240,7 +240,8 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(7)
     print(f"command: {' '.join(sys.argv)}")
-    measure_pipeline(args.events, args.model_delay_ms, rng)
+    if args.events:
+        measure_pipeline(args.events, args.model_delay_ms, rng)
     if args.conversation_turns:
         measure_conversation(args.conversation_turns, args.model_delay_ms)
     if not args.requests:
