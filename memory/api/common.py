@@ -74,6 +74,8 @@ def matching(request: Request, data: dict[str, Any]) -> MemoryQuerySet:
     )
 
 
+# Page numbers and sizes have at most 9 digits (documented: responses.paging).
+MAX_PAGE = 999_999_999
 _DIGITS = re.compile(r"[0-9]{1,9}")
 
 
@@ -83,14 +85,15 @@ class MemoryPagination(PageNumberPagination):
     max_page_size = 200
 
 
-def _positive(request: Request, name: str, maximum: int | None = None) -> None:
+def _positive(request: Request, name: str, maximum: int = MAX_PAGE) -> None:
     raw = request.query_params.get(name)
     if raw is None:
         return
     # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
-    if not _DIGITS.fullmatch(raw) or int(raw) < 1 or (maximum is not None and int(raw) > maximum):
-        bound = f" and at most {maximum}" if maximum else ""
-        raise serializers.ValidationError({name: f"must be an integer of at least 1{bound}."})
+    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= maximum:
+        raise serializers.ValidationError(
+            {name: f"must be an integer of at least 1 and at most {maximum}."}
+        )
 
 
 class EntityPagination(PageNumberPagination):

@@ -24,7 +24,7 @@ from memory.queries import ENTITY_TYPES
         {200: r.EntityPageSerializer},
         errors={400: "Invalid page or page_size.", 404: r.PAST_THE_END},
     ),
-    parameters=[*r.PAGING, r.RETRY_AFTER],
+    parameters=[*r.paging(EntityPagination.max_page_size), r.RETRY_AFTER],
     summary="Users, agents, apps and runs that have memories (paginated, 1000 a page)",
 )
 @api_view(["GET"])

@@ -64,8 +64,13 @@ def event_detail(request: Request, event_id: uuid.UUID) -> Response:
         errors={400: "Unknown status, or an invalid page or page_size.", 404: r.PAST_THE_END},
     ),
     parameters=[
-        OpenApiParameter("status", str, enum=MemoryEvent.Status.values),
-        *r.PAGING,
+        OpenApiParameter(
+            "status",
+            str,
+            enum=[*MemoryEvent.Status.values, ""],
+            description="Any case; empty or absent: every status.",
+        ),
+        *r.paging(MemoryPagination.max_page_size),
         r.RETRY_AFTER,
     ],
     summary="Add requests, newest first",

@@ -108,7 +108,7 @@ def traverse(request: Request) -> Response:
     parameters=[
         *r.SCOPE_PARAMETERS,
         OpenApiParameter("include_invalid", bool, description="Contradicted relations too."),
-        *r.PAGING,
+        *r.paging(GraphPagination.max_page_size),
         r.RETRY_AFTER,
     ],
     summary="The relations of a scope, oldest first (paginated, 100 a page, at most 500)",

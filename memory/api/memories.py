@@ -139,7 +139,7 @@ def memory_bodies(project: uuid.UUID, rows: Sequence[Memory]) -> list[dict[str, 
 @extend_schema(
     request=s.ListSerializer,
     responses=r.answers({200: r.MemoryPageSerializer}, body=True, errors={404: r.PAST_THE_END}),
-    parameters=[*r.PAGING, r.RETRY_AFTER],
+    parameters=[*r.paging(MemoryPagination.max_page_size), r.RETRY_AFTER],
     summary="List memories (v3, paginated)",
 )
 @api_view(["POST"])
@@ -150,7 +150,7 @@ def list_v3(request: Request) -> Response:
 @extend_schema(
     request=s.ListSerializer,
     responses=r.answers({200: r.MEMORY_LIST}, body=True, errors={404: r.PAST_THE_END}),
-    parameters=[*r.PAGING, r.RETRY_AFTER],
+    parameters=[*r.paging(MemoryPagination.max_page_size), r.RETRY_AFTER],
     summary="List memories (v2: a list, or a page if page or page_size is given)",
 )
 @api_view(["POST"])
@@ -165,7 +165,13 @@ def list_v2(request: Request) -> Response:
         {200: r.MEMORY_LIST},
         errors={400: "Invalid filters, scope id, page or page_size.", 404: r.PAST_THE_END},
     ),
-    parameters=[*r.SCOPE_PARAMETERS, r.SHOW_EXPIRED, *r.READ_FLAGS, *r.PAGING, r.RETRY_AFTER],
+    parameters=[
+        *r.SCOPE_PARAMETERS,
+        r.SHOW_EXPIRED,
+        *r.READ_FLAGS,
+        *r.paging(MemoryPagination.max_page_size),
+        r.RETRY_AFTER,
+    ],
     operation_id="v1_memories_list",
     summary="List memories by scope (v1: a list, or a page if page or page_size is given)",
 )

@@ -13,6 +13,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer
 from rest_framework import serializers
 
+from memory.api.common import MAX_PAGE
 from memory.models import SCOPE_FIELDS, Feedback, Memory, MemoryEvent, MemoryHistory
 from tenants.api import Closed, ErrorSerializer
 
@@ -358,10 +359,18 @@ IDEMPOTENCY_KEY = OpenApiParameter(
         "gets 409. 8 to 128 characters of A-Z a-z 0-9 . _ : -, else 400."
     ),
 )
-PAGING = [
-    OpenApiParameter("page", int, description="From 1."),
-    OpenApiParameter("page_size", int),
-]
+
+
+def paging(max_page_size: int) -> list[OpenApiParameter]:
+    """The page parameters of a list whose pages hold at most `max_page_size` items."""
+    return [
+        OpenApiParameter(
+            "page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, description="From 1."
+        ),
+        OpenApiParameter("page_size", {"type": "integer", "minimum": 1, "maximum": max_page_size}),
+    ]
+
+
 SCOPE_PARAMETERS = [
     OpenApiParameter(name, str, description='An id, or "*" for any.') for name in SCOPE_FIELDS
 ] + [OpenApiParameter("filters", str, description="A filter object: JSON or a Python dict.")]

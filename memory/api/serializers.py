@@ -16,7 +16,9 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from django.conf import settings
 from django.db.models import Q
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import Direction, extend_schema_field
 from rest_framework import serializers
 
 from config.inputs import UnsafeInputError, parse_json, parse_python_literal
@@ -24,7 +26,9 @@ from memory.actions import Message
 from memory.graph import MAX_DEPTH, MAX_LIMIT
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory
 from memory.parts import (
+    IMAGE,
     MAX_PARTS,
+    MAX_URL_CHARS,
     PART_TYPES,
     Part,
     PartError,
@@ -74,6 +78,11 @@ class BoundedJSONField(serializers.JSONField):
         if length > settings.ENGRAM_MAX_TEXT_CHARS:
             raise too_long(length, "characters of JSON")
         return value
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class JSONObjectField(BoundedJSONField):
+    """Documented as a JSON object; the serializer's validate_<field> refuses anything else."""
 
 
 def validate_filters(value: Any) -> dict[str, Any]:
@@ -209,11 +218,29 @@ class PartMessage(Message):
     part: Part = dataclasses.field(kw_only=True)
 
 
+def _part_schema(kind: str) -> dict[str, Any]:
+    inner = {"url": {"type": "string", "minLength": 1, "maxLength": MAX_URL_CHARS}}
+    if kind == IMAGE:
+        inner["detail"] = {"description": "OpenAI's image detail: accepted, ignored."}
+    return {
+        "type": "object",
+        "properties": {
+            "type": {"type": "string", "enum": [kind]},
+            kind: {
+                "type": "object",
+                "properties": inner,
+                "required": ["url"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["type", kind],
+        "additionalProperties": False,
+    }
+
+
 PART_SCHEMA = {
-    "type": "object",
     "description": 'One multimodal part (infer=true only): {"type": T, T: {"url": ...}}.',
-    "properties": {"type": {"type": "string", "enum": list(PART_TYPES)}},
-    "required": ["type"],
+    "oneOf": [_part_schema(kind) for kind in PART_TYPES],
 }
 
 
@@ -244,7 +271,8 @@ class MessageSerializer(serializers.Serializer[dict[str, Any]]):
     {
         "oneOf": [
             {"type": "string"},
-            {"type": "array", "items": {"type": "object", "properties": {
+            {"type": "array", "minItems": 1, "maxItems": settings.ENGRAM_MAX_MESSAGES,
+             "items": {"type": "object", "properties": {
                 "role": {"type": "string", "enum": list(ROLES)},
                 "content": {"oneOf": [{"type": "string"}, PART_SCHEMA]},
                 "name": {"type": "string"}}, "required": ["role", "content"]}},
@@ -293,14 +321,14 @@ def _timezones() -> frozenset[str]:
 class AddSerializer(ScopeMixin):
     messages = MessagesField()
     filters = BoundedJSONField(required=False, allow_null=True)
-    metadata = BoundedJSONField(required=False, allow_null=True)
+    metadata = JSONObjectField(required=False, allow_null=True)
     infer = serializers.BooleanField(required=False, default=True)
     timestamp = serializers.IntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_TIMESTAMP
     )
     expiration_date = serializers.DateField(required=False, allow_null=True)
     immutable = serializers.BooleanField(required=False, default=False)
-    memory_type = serializers.CharField(required=False, allow_null=True)
+    memory_type = serializers.ChoiceField(choices=MEMORY_TYPES, required=False, allow_null=True)
     custom_instructions = TextField(required=False, allow_blank=True)
     custom_categories = BoundedJSONField(required=False, allow_null=True)
     includes = TextField(required=False, allow_blank=True)
@@ -332,13 +360,6 @@ class AddSerializer(ScopeMixin):
         if value is not None and not isinstance(value, dict):
             raise serializers.ValidationError("must be a JSON object.")
         return value or {}
-
-    def validate_memory_type(self, value: str | None) -> str | None:
-        if value is not None and value not in MEMORY_TYPES:
-            raise serializers.ValidationError(
-                f"unknown memory_type {value!r}; allowed: {', '.join(MEMORY_TYPES)}."
-            )
-        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         filters = attrs.get("filters") or {}
@@ -539,7 +560,7 @@ class DeleteSerializer(serializers.Serializer[dict[str, Any]]):
 
 class UpdateSerializer(serializers.Serializer[dict[str, Any]]):
     text = TextField(required=False)
-    metadata = BoundedJSONField(required=False, allow_null=True)
+    metadata = JSONObjectField(required=False, allow_null=True)
     expiration_date = serializers.DateField(required=False, allow_null=True)
     timestamp = serializers.IntegerField(required=False, min_value=0, max_value=MAX_TIMESTAMP)
 
@@ -564,7 +585,7 @@ class UpdateSerializer(serializers.Serializer[dict[str, Any]]):
 class BatchItemSerializer(serializers.Serializer[dict[str, Any]]):
     memory_id = serializers.UUIDField()
     text = TextField(required=False, allow_blank=False)
-    metadata = BoundedJSONField(required=False, allow_null=True)
+    metadata = JSONObjectField(required=False, allow_null=True)
 
     def validate_metadata(self, value: Any) -> dict[str, Any] | None:
         return validate_metadata(value) if value is not None else None
@@ -578,6 +599,20 @@ class BatchSerializer(serializers.Serializer[dict[str, Any]]):
         if len(set(ids)) != len(ids):
             raise serializers.ValidationError("lists the same memory_id twice.")
         return value
+
+
+class BatchSchema(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """The batch's size limits, which drf-spectacular does not read off a ListSerializer."""
+
+    target_class = BatchSerializer
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer(  # type: ignore[no-untyped-call]
+            self.target, direction, bypass_extensions=True
+        )
+        memories = self.target.fields["memories"]
+        schema["properties"]["memories"] |= {"minItems": 1, "maxItems": memories.max_length}
+        return schema
 
 
 class FeedbackSerializer(serializers.Serializer[dict[str, Any]]):
@@ -594,8 +629,16 @@ class FeedbackSerializer(serializers.Serializer[dict[str, Any]]):
         return attrs
 
 
+# Any JSON value but null (OpenAPI 3.0 has no "null" type to exclude, so the others are listed).
+@extend_schema_field(
+    {"anyOf": [{"type": kind} for kind in ("object", "array", "string", "number", "boolean")]}
+)
+class NonNullJSONField(BoundedJSONField):
+    pass
+
+
 class ExportSerializer(serializers.Serializer[dict[str, Any]]):
-    schema = BoundedJSONField(required=False, default=dict)
+    schema = NonNullJSONField(required=False, default=dict)
     filters = serializers.JSONField(required=False, allow_null=True)
 
     def validate_filters(self, value: Any) -> dict[str, Any]:

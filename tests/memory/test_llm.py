@@ -251,8 +251,9 @@ def test_it_decides_offline_by_similarity_and_never_deletes() -> None:
 def test_one_client_per_process_and_configuration(settings: Any) -> None:
     settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL = "sk-test", "http://127.0.0.1:9"
     first, again = get_extractor(), get_extractor()
-    assert isinstance(first, ClaudeExtractor) and first is again
-    assert first.client is again.client  # one SDK client (and connection pool) for every job
+    assert isinstance(first, ClaudeExtractor) and isinstance(again, ClaudeExtractor)
+    # One SDK client (and connection pool) for every job.
+    assert first is again and first.client is again.client
     settings.ENGRAM_LLM_MODEL = "claude-other"
     other = get_extractor()
     assert (
