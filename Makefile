@@ -10,7 +10,7 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model db migrate run stop test lint format
+.PHONY: help install venv postgres model db migrate run stop test lint format browser
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
@@ -35,6 +35,10 @@ postgres:
 model:
 	@bash scripts/export-model.sh
 
+# Debian's Chromium, which the end-to-end tests (tests/e2e/) drive through Playwright.
+browser:
+	@bash scripts/install-browser.sh
+
 db: postgres
 	@bash scripts/pg.sh start
 
@@ -47,7 +51,7 @@ run: migrate model
 stop:
 	@bash scripts/run.sh stop
 
-test: venv db model
+test: venv db model browser
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 
