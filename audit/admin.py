@@ -4,7 +4,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from audit.models import AccessLog
+from audit.models import AccessLog, ErasureRequest, PurgeRecord
+from tenants.admin import ProjectScopedAdmin
 
 
 @admin.register(AccessLog)
@@ -48,3 +49,24 @@ class AccessLogAdmin(admin.ModelAdmin[AccessLog]):
 
     def has_delete_permission(self, request: HttpRequest, obj: AccessLog | None = None) -> bool:
         return False
+
+
+@admin.register(PurgeRecord)
+class PurgeRecordAdmin(ProjectScopedAdmin[PurgeRecord]):
+    """What each erasure, redaction and retention purge removed (counts, a salted hash of the
+    subject, who asked, when): no personal data. Read-only, in the chosen project's context."""
+
+    list_display = ("created_at", "subject_kind", "subject_hash", "actor", "counts")
+    list_filter = ("subject_kind",)
+    search_fields = ("=subject_hash", "actor")
+    ordering = ("-created_at",)
+
+
+@admin.register(ErasureRequest)
+class ErasureRequestAdmin(ProjectScopedAdmin[ErasureRequest]):
+    """Erasures asked through the API or an end user's dashboard, and how they went."""
+
+    list_display = ("created_at", "status", "attempts", "actor", "completed_at", "error")
+    list_filter = ("status",)
+    search_fields = ("=subject_hash", "actor")
+    ordering = ("-created_at",)

@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 
+from memory import actions
 from memory.models import Memory, MemoryHistory
 from tenants.db import project_context
 from tenants.models import Membership
@@ -131,6 +132,13 @@ class MemoryAdminTestCase(BaseTestCase):
                      "feedback", "memoryexport", "idempotentrequest"):  # fmt: skip
             response = self.client.get(f"/admin/memory/{path}/", {"project": str(self.project.pk)})
             assert response.status_code == 200, path
+        actions.do_erase_user(self.project, "someone", actor=actions.Actor.command("test"))
+        for path in ("purgerecord", "erasurerequest"):
+            response = self.client.get(f"/admin/audit/{path}/", {"project": str(self.project.pk)})
+            assert response.status_code == 200, path
+            assert not response.context["cl"].model_admin.has_change_permission(
+                response.wsgi_request
+            )
         page = self.client.get("/admin/memory/memoryhistory/", {"project": str(self.project.pk)})
         assert page.context["cl"].result_count == 2  # the two ADDs
         row = page.context["cl"].result_list[0]
