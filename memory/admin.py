@@ -25,6 +25,7 @@ from memory.models import (
     MemoryExport,
     MemoryHistory,
     ScopeSummary,
+    metadata_error,
 )
 from tenants.admin import ProjectScopedAdmin
 
@@ -43,6 +44,9 @@ class MemoryForm(forms.ModelForm[Memory]):
         text = cleaned.get("text")
         if text is not None and not str(text).strip():
             self.add_error("text", "A memory needs some text.")
+        metadata = cleaned.get("metadata")
+        if metadata is not None and (problem := metadata_error(metadata)) is not None:
+            self.add_error("metadata", problem)
         return cleaned
 
 

@@ -25,6 +25,18 @@ SCOPE_MAX_LENGTH = 255
 TEXT_SEARCH_CONFIG = "english"
 
 
+def metadata_error(value: object) -> str | None:
+    """Why `value` cannot be a memory's metadata, or None: it must be a JSON object, and scope
+    ids are columns, never metadata (Mem0 shipped the opposite as a tenant leak). The one rule
+    for every entry point (the API, the dashboards)."""
+    if not isinstance(value, dict):
+        return "must be a JSON object."
+    for key in value:
+        if key in SCOPE_FIELDS:
+            return f"{key!r} is a scope id and cannot be set through metadata; pass it as {key}."
+    return None
+
+
 def content_hash(text: str) -> str:
     """SHA-256 of a memory's text: exact duplicates in a scope are found by this, by index."""
     return hashlib.sha256(text.encode()).hexdigest()

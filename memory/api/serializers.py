@@ -24,7 +24,7 @@ from rest_framework import serializers
 from config.inputs import UnsafeInputError, parse_json, parse_python_literal
 from memory.actions import Message
 from memory.graph import MAX_DEPTH, MAX_LIMIT
-from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory
+from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, metadata_error
 from memory.parts import (
     IMAGE,
     MAX_PARTS,
@@ -199,15 +199,9 @@ def scope_of(data: dict[str, Any]) -> dict[str, str | None]:
 def validate_metadata(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
-    if not isinstance(value, dict):
-        raise serializers.ValidationError("must be a JSON object.")
-    for key in value:
-        if key in SCOPE_FIELDS:
-            # Scope ids are columns, never metadata: Mem0 shipped the opposite as a tenant leak.
-            raise serializers.ValidationError(
-                f"{key!r} is a scope id and cannot be set through metadata; pass it as {key}."
-            )
-    return value
+    if (problem := metadata_error(value)) is not None:
+        raise serializers.ValidationError(problem)
+    return dict(value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 from config.exceptions import RefusedError, ServiceUnavailableError
 from config.inputs import UnsafeInputError, check_json
 from memory import actions, queries
-from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent
+from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
 from memory.retrieval.embeddings import embed_one
 from memory.web.common import Dashboard, operator_page
 from tenants.db import project_context
@@ -118,12 +118,9 @@ class MemoryEditForm(forms.Form):
         value = self.cleaned_data.get("metadata")
         if value is None:
             return {}
-        if not isinstance(value, dict):
-            raise forms.ValidationError("must be a JSON object.")
-        for key in value:
-            if key in SCOPE_FIELDS:
-                # Scope ids are columns, never metadata (as the API refuses them).
-                raise forms.ValidationError(f"{key!r} is a scope id, not metadata.")
+        if (problem := metadata_error(value)) is not None:
+            raise forms.ValidationError(problem)
+        value = dict(value)
         try:
             check_json(value, "metadata")  # NUL characters, depth, size: what jsonb refuses
         except UnsafeInputError as error:

@@ -82,6 +82,19 @@ class MemoryAdminTestCase(BaseTestCase):
             "User likes green tea", "User likes oolong tea", "user:ed"
         )  # fmt: skip
 
+    def test_metadata_must_be_an_object_without_scope_ids(self) -> None:
+        self.client.force_login(self.editor)
+        for metadata, problem in (('{"user_id": "bob"}', b"is a scope id"),
+                                  ("[1, 2]", b"must be a JSON object")):  # fmt: skip
+            response = self.client.post(
+                self.change_url(self.tea),
+                {"text": "User likes tea", "metadata": metadata, "expiration_date": ""},
+            )
+            assert response.status_code == 200 and problem in response.content, metadata
+        assert (self.memory(self.tea.pk).text, self.memory(self.tea.pk).metadata) == (
+            "User likes green tea", {}
+        )  # fmt: skip
+
     def test_an_immutable_memory_cannot_be_edited(self) -> None:
         with project_context(self.project.pk):
             Memory.objects.filter(pk=self.tea.pk).update(immutable=True)
