@@ -799,6 +799,8 @@ def refresh_summary(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extra
     call cost is added to this event's usage."""
     with project_context(project_id):
         event = MemoryEvent.objects.get(pk=event_id)
+        if event.completed_at is None:  # not processed (yet): nothing to fold in
+            return
         scope = {f: event.payload["scope"].get(f) for f in SCOPE_FIELDS}
         current = ScopeSummary.objects.filter(project_id=project_id, **scope_lookup(scope)).first()
         pending = MemoryEvent.objects.filter(
@@ -809,7 +811,7 @@ def refresh_summary(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extra
         if current is not None:
             pending = pending.filter(completed_at__gt=current.updated_at)
         events = list(pending.order_by("-completed_at")[:SUMMARY_EVENTS_AT_MOST])[::-1]
-    if len(events) < settings.ENGRAM_SUMMARY_EVERY or event.completed_at is None:
+    if len(events) < settings.ENGRAM_SUMMARY_EVERY:
         return
     turns = [
         shortened(message_turn(i, m, with_part=False))

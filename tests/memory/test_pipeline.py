@@ -484,6 +484,8 @@ class SummaryCadenceTestCase(ExtractionTestCase):
         assert summary.text == "Alice plans Japan: Tokyo, then Kyoto."
         assert summary.updated_at == second.completed_at
         assert (usage["calls"], usage["input_tokens"]) == (2, 190)  # facts 120 + summary 70
+        pending = self.event("not processed yet")  # a refresh for it folds nothing in
+        refresh_summary(pending.id, self.project.pk, self.claude)
         # Both requests are folded in: the next refresh waits for two new ones.
         refresh_summary(second.id, self.project.pk, self.claude)
         assert len(self.fake.requests) == 3
