@@ -592,6 +592,12 @@ def do_record_graph(
     where = graph.Scope.of(scope)
     outcome = GraphOutcome()
     with project_context(project_id):
+        graph.lock_entities(
+            project_id,
+            where,
+            [name for fact in assertions for name in (fact.source, fact.destination)]
+            + [name for entities in (mentions or {}).values() for name, _ in entities],
+        )
         if contradicted:
             outcome.invalidated = graph.invalidate_relations(project_id, where, ids=contradicted)
         for fact in assertions:

@@ -261,6 +261,27 @@ def _lock(*parts: str) -> None:
         )
 
 
+def _lock_entities(graph: str, scope: Scope, names: Iterable[str]) -> None:
+    """Take the upsert locks of several entities at once, in one global order (the lock keys
+    sorted), before a transaction upserts them one by one: two transactions that each lock
+    entities as they meet them (A then B, B then A) deadlock. _lock() again later is free (an
+    advisory lock a transaction holds is granted to it again at once)."""
+    keys = sorted(
+        json.dumps([graph, "entity", normalised, scope.key], ensure_ascii=False)
+        for normalised in {normalise_name(name) for name in names} - {""}
+    )
+    if keys:
+        with connection.cursor() as cursor:
+            cursor.execute(_LOCK_KEYS, [keys])
+
+
+def lock_entities(project: ProjectId, scope: Scope, names: Iterable[str]) -> None:
+    """The upsert locks of these entities of the scope, in the one order every writer uses;
+    call it first in a transaction that will upsert several entities."""
+    with project_context(project):
+        _lock_entities(ensure_graph(project), scope, names)
+
+
 def _check_page(limit: int, offset: int = 0) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}")
@@ -718,9 +739,10 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
 
     Safe to run again: links a memory already has are skipped before any Cypher runs, so a
     re-run writes nothing and no mention is counted twice. One transaction per LINK_CHUNK
-    memories, entities locked in name order within each memory, so concurrent jobs of one scope
-    neither hold locks long nor deadlock; a memory deleted meanwhile is skipped. The known names
-    are read from MemoryEntity, not AGE (one indexed query per scope).
+    memories, the chunk's entities all locked first in one key order (_lock_entities), so
+    concurrent jobs of one scope neither hold locks long nor deadlock; a memory deleted
+    meanwhile is skipped. The known names are read from MemoryEntity, not AGE (one indexed query
+    per scope).
     """
     from memory.graph.recognise import known_names, mentions_self, recognise, self_entity
 
@@ -762,9 +784,13 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
                 work.append((memory, scope, [new[key] for key in sorted(new)]))
     made = 0
     for start in range(0, len(work), LINK_CHUNK):
+        chunk = work[start : start + LINK_CHUNK]
         with project_context(project):
             graph = ensure_graph(project)
-            for memory, scope, pairs in work[start : start + LINK_CHUNK]:
+            for scope in {scope for _, scope, _ in chunk}:
+                names = [name for _, s, pairs in chunk if s == scope for name, _ in pairs]
+                _lock_entities(graph, scope, names)
+            for memory, scope, pairs in chunk:
                 try:  # the memory is read first: nothing is written when it is gone
                     _link(graph, project, memory.pk, pairs, scope)
                 except Memory.DoesNotExist:
@@ -1084,7 +1110,7 @@ SELECT engram_current_project() IS NOT DISTINCT FROM %(project)s::uuid,
              ORDER BY 1)
 """
 _CITES: LiteralString = "r.properties OPERATOR(ag_catalog.@>) %s::ag_catalog.agtype"
-_LOCK_EDGES: LiteralString = (
+_LOCK_KEYS: LiteralString = (
     "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(%s::text[]) AS k"
 )
 _LOCKED_EDGES: LiteralString = (
@@ -1255,7 +1281,7 @@ def _lock_edges(graph: str, edges: Sequence[Relation], state: Mapping[str, Any])
             for e in edges
         }
     )
-    _run(graph, _LOCK_EDGES, [keys])
+    _run(graph, _LOCK_KEYS, [keys])
     rows = _run(graph, _LOCKED_EDGES, [_graphids(e.id for e in edges), json.dumps(state)])
     return [relation for relation, _ in _edge_rows(rows)]
 

@@ -529,7 +529,7 @@ class LockKeyTests(BaseTestCase):
         real_run = graph.store._run
 
         def run(name: str, statement: str, params: Any) -> list[tuple[Any, ...]]:
-            if statement == graph.store._LOCK_EDGES:
+            if statement == graph.store._LOCK_KEYS:
                 retracted.extend(params[0])
             return real_run(name, statement, params)
 
@@ -537,3 +537,98 @@ class LockKeyTests(BaseTestCase):
             assert len(graph.retract_memories(project, [memory.pk])) == 1
         assert retracted == upserted
         assert len(upserted) == 1
+
+
+def _without_deadlock(project: uuid.UUID, work: Any) -> list[BaseException]:
+    """Run `work` in a thread while this transaction holds the lock of entity "amy" and then
+    takes the lock of "zed": a writer that locks entities as it meets them (zed first, then
+    amy) deadlocks with it; one that takes them in key order waits on "amy" holding nothing."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=run)
+    with project_context(project):
+        graph.lock_entities(project, ALICE, ["Amy"])
+        other.start()
+        _until_another_transaction_waits()
+        graph.lock_entities(project, ALICE, ["Zed"])
+    other.join()
+    return errors
+
+
+def _until_another_transaction_waits() -> None:
+    with connection.cursor() as cursor:
+        for _ in range(10_000):
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                "WHERE NOT l.granted AND d.datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                return
+            cursor.execute("SELECT pg_sleep(0.01)")
+    pytest.fail("the other transaction never waited for this one")
+
+
+@pytest.mark.usefixtures("committed_db")
+def test_two_first_uses_of_a_projects_graph_at_once_both_succeed() -> None:
+    """The second waits for the first's creation of the graph, then uses it."""
+    project = make_key("acme", "first").key.project_id
+    errors: list[BaseException] = []
+
+    def ensure() -> None:
+        try:
+            with project_context(project):
+                graph.ensure_graph(project)
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=ensure)
+    with project_context(project):
+        graph.ensure_graph(project)
+        other.start()
+        _until_another_transaction_waits()
+    other.join()
+    assert errors == []
+
+
+@pytest.mark.usefixtures("committed_db")
+def test_linking_entities_met_in_opposite_orders_does_not_deadlock() -> None:
+    """The worker's entity linking (link_entities jobs) and the extraction's graph writes take
+    every entity lock of a transaction first, in key order."""
+    key = make_key("acme", "locks")
+    project = key.key.project_id
+    zed, amy = new_memory(project, "Yesterday Zed came"), new_memory(project, "Today Amy came")
+    with project_context(project):
+        graph.ensure_graph(project)  # made and committed first: its lock is not the point here
+    errors = _without_deadlock(
+        project, lambda: graph.store.link_mentions(project, [zed.pk, amy.pk])
+    )
+    assert errors == []
+    with project_context(project):
+        linked = set(MemoryEntity.objects.values_list("memory_id", "entity_name"))
+    assert linked == {(zed.pk, "zed"), (amy.pk, "amy")}
+
+    later, again = new_memory(project, "Zed knows Amy"), new_memory(project, "Amy knows Zed")
+    from memory.actions import do_record_graph
+
+    errors = _without_deadlock(
+        project,
+        lambda: do_record_graph(
+            project,
+            {"user_id": "alice"},
+            assertions=[],
+            mentions={later.pk: [("Zed", "person")], again.pk: [("Amy", "person")]},
+        ),
+    )
+    assert errors == []
+    with project_context(project):
+        assert MemoryEntity.objects.filter(memory_id__in=[later.pk, again.pk]).count() == 2
