@@ -148,6 +148,22 @@ DATABASES["default"]["OPTIONS"] = {
 }
 _owner_url = env_optional("DATABASE_OWNER_URL")
 ENGRAM_DB_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
+# Optional streaming-replication standby (same app role, same options) for search's statement:
+# used when it has replayed every write that completed before the search began, else, and
+# while it cannot be reached, search stays on the primary (tenants.replica). A short connect
+# timeout (libpq's minimum, 2 s) bounds what an unreachable standby costs.
+_replica_url = env_optional("ENGRAM_REPLICA_URL")
+if _replica_url:
+    DATABASES["replica"] = dj_database_url.parse(
+        _replica_url, conn_max_age=_conn_max_age, conn_health_checks=True
+    )
+    DATABASES["replica"]["ATOMIC_REQUESTS"] = False
+    DATABASES["replica"]["OPTIONS"] = {**DATABASES["default"]["OPTIONS"], "connect_timeout": 2}
+    # The test runner neither creates nor flushes it: a standby is read-only.
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+# How long a search waits for a standby that has not yet replayed the latest commits before
+# it runs on the primary instead; 0: never wait.
+ENGRAM_REPLICA_WAIT_MS = env_int("ENGRAM_REPLICA_WAIT_MS", 5, minimum=0)
 # The role that gets runtime privileges (SELECT/INSERT/UPDATE/DELETE) after each migration.
 ENGRAM_DB_APP_ROLE = env_str("ENGRAM_DB_APP_ROLE", str(DATABASES["default"].get("USER") or ""))
 

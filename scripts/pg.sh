@@ -100,6 +100,10 @@ log_min_error_statement = panic
 log_parameter_max_length = 0
 log_parameter_max_length_on_error = 0
 log_error_verbosity = terse
+# Streaming replication (wal_level = replica and max_wal_senders are PostgreSQL's defaults;
+# pg_hba trusts local replication): tests/config/test_replica.py streams a throw-away standby
+# through a slot, and a slot left behind by a killed run may keep at most this much WAL.
+max_slot_wal_keep_size = '8GB'
 CONF
 }
 

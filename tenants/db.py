@@ -97,6 +97,16 @@ def _current(connection: Any, using: str) -> str:
     return "" if found is None else str(found)
 
 
+@contextmanager
+def same_tenant(using: str, source: str = "default") -> Iterator[None]:
+    """Run the block in a project_context on `using` (the read replica) whose tenant is that of
+    `source`'s open transaction; outside one there is none, so RLS shows nothing, as on `source`."""
+    connection = connections[source]
+    tenant = _current(connection, source) if connection.in_atomic_block else ""
+    with project_context(tenant or None, using=using):
+        yield
+
+
 def enable_row_level_security(table: str) -> migrations.RunSQL:
     """Migration operation: enable and force RLS on `table` with the project policy."""
     return migrations.RunSQL(

@@ -28,7 +28,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
-from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.lookups import Exact
@@ -38,6 +37,7 @@ from memory.graph.recognise import query_names
 from memory.models import SCOPE_FIELDS, TEXT_SEARCH_CONFIG, Memory, MemoryEntity, MemoryQuerySet
 from memory.retrieval.embeddings import embed_one
 from memory.retrieval.scoring import Score, Signals, fuse
+from tenants.replica import fetch_all
 
 SEMANTIC_CANDIDATES = 50
 KEYWORD_CANDIDATES = 50
@@ -112,9 +112,7 @@ def hybrid_search(
     params = (
         vector_literal, RANK_WEIGHTS, query, *([names] if names else []), *candidate_params
     )  # fmt: skip
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    rows = fetch_all(sql, params)
     # Fusion needs every candidate's signals; model instances are built for the winners only.
     scores = fuse(
         [Signals(row[-3], row[-2], row[EVENT_COLUMN], tuple(row[-1])) for row in rows],
