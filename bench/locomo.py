@@ -9,13 +9,18 @@ question of categories 1-4 is a search in that user's scope; a hit is a returned
 turn id is in the question's evidence. Prints recall@1/5/10/20 and MRR per category and overall,
 and search latency.
 
+--calibration also prints, for a few fixed score thresholds, the precision and recall of the
+results kept, and how often a question's best score reaches the threshold in its own conversation
+against in the next one (where nothing is evidence): the scores are meant to compare across
+queries.
+
 --also-host URL (repeatable) evaluates the same stored turns again through another server on the
 same database, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off), and
 prints a table per server.
 
     make run   # in another terminal (or any engram URL + key)
     .venv/bin/python bench/locomo.py [--data ../shared/data/locomo-dev.json] [--host URL --api-key KEY]
-        [--per-turn] [--also-host URL ...]
+        [--per-turn] [--calibration] [--also-host URL ...]
 """
 
 from __future__ import annotations
@@ -125,7 +130,41 @@ def wait_for_linking(timeout: float = 1800) -> None:
     print(f"entity linking done after {time.perf_counter() - started:.0f}s of waiting")
 
 
-def evaluate(api: Api, sample: dict[str, Any], user_id: str, scores: dict, latencies: list) -> None:
+class Calibration:
+    """How well a fixed score threshold separates relevant results from the rest: every
+    returned (score, is evidence) pair, the evidence count, and each question's best score in
+    its own conversation and in another one (where nothing is relevant)."""
+
+    THRESHOLDS = (0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[float, bool]] = []
+        self.evidence = 0
+        self.own_best: list[float] = []
+        self.foreign_best: list[float] = []
+
+    def report(self) -> None:
+        print(f"-- calibration: {len(self.own_best)} questions, {self.evidence} evidence turns")
+        print(f"{'threshold':>9}{'kept':>8}{'precision':>11}{'recall':>8}{'own best>=':>12}"
+              f"{'other best>=':>14}")  # fmt: skip
+        for t in self.THRESHOLDS:
+            kept = [relevant for score, relevant in self.pairs if score >= t]
+            own = sum(b >= t for b in self.own_best) / max(1, len(self.own_best))
+            other = sum(b >= t for b in self.foreign_best) / max(1, len(self.foreign_best))
+            precision = sum(kept) / len(kept) if kept else 0.0
+            print(f"{t:>9.2f}{len(kept):>8}{precision:>11.3f}{sum(kept) / self.evidence:>8.3f}"
+                  f"{own:>12.3f}{other:>14.3f}")  # fmt: skip
+
+
+def evaluate(
+    api: Api,
+    sample: dict[str, Any],
+    user_id: str,
+    scores: dict,
+    latencies: list,
+    calibration: Calibration | None = None,
+    other_user: str | None = None,
+) -> None:
     for qa in sample["qa"]:
         category = qa.get("category")
         evidence = evidence_ids(qa.get("evidence", []))
@@ -140,6 +179,20 @@ def evaluate(api: Api, sample: dict[str, Any], user_id: str, scores: dict, laten
         result, elapsed = api.call("POST", "/v3/memories/search/", json=body)
         latencies.append(elapsed)
         ranked = [(r.get("metadata") or {}).get("dia_id") for r in result["results"]]
+        if calibration is not None and other_user is not None:
+            found = [
+                (float(r["score"]), d in evidence)
+                for r, d in zip(result["results"], ranked, strict=True)
+            ]
+            calibration.pairs += found
+            calibration.evidence += len(evidence)
+            calibration.own_best.append(found[0][0] if found else 0.0)
+            elsewhere, _ = api.call(
+                "POST", "/v3/memories/search/", json={**body, "filters": {"user_id": other_user}}
+            )
+            calibration.foreign_best.append(
+                max((float(r["score"]) for r in elsewhere["results"]), default=0.0)
+            )
         row = {f"r@{k}": len(evidence & set(ranked[:k])) / len(evidence) for k in KS}
         first = next((i for i, d in enumerate(ranked, 1) if d in evidence), None)
         row["mrr"] = 1 / first if first else 0.0
@@ -162,6 +215,12 @@ def main() -> None:
         action="append",
         default=[],
         help="also evaluate through this server (e.g. ENGRAM_SEARCH_ENTITY_WEIGHT=0); repeatable",
+    )
+    parser.add_argument(
+        "--calibration",
+        action="store_true",
+        help="also report precision/recall of fixed score thresholds, and each question's best "
+        "score in its own conversation against in another one (one more search per question)",
     )
     args = parser.parse_args()
     if not args.api_key:
@@ -193,9 +252,13 @@ def main() -> None:
         for _ in range(20):  # each web worker loads the embedding model on its first search
             body = {"query": "warm up", "filters": {"user_id": users[0]}}
             searcher.call("POST", "/v3/memories/search/", json=body)
-        for sample, user_id in zip(data, users, strict=True):
-            evaluate(searcher, sample, user_id, scores, latencies)
+        calibration = Calibration() if args.calibration and len(users) > 1 else None
+        for index, (sample, user_id) in enumerate(zip(data, users, strict=True)):
+            other = users[(index + 1) % len(users)]
+            evaluate(searcher, sample, user_id, scores, latencies, calibration, other)
         report(host, scores, latencies)
+        if calibration is not None:
+            calibration.report()
     for user_id in users:
         api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
     unit = "turn" if args.per_turn else "session"

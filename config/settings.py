@@ -300,6 +300,10 @@ ENGRAM_EVENT_RETENTION_DAYS = env_int("ENGRAM_EVENT_RETENTION_DAYS", 90, minimum
 # Weight of search's entity signal (memories linked to entities the query names) against the
 # keyword (1.0) and semantic (0.5) signals; 0 turns it off (memory.retrieval.search).
 ENGRAM_SEARCH_ENTITY_WEIGHT = env_float("ENGRAM_SEARCH_ENTITY_WEIGHT", 0.5, minimum=0, maximum=10)
+# Raw messages (infer=false) stored within this many seconds of a scope's previous (or next)
+# message join its conversation: keyword context and search's conversation prior cross add
+# requests, so turn-by-turn adds rank like a session added at once. 0: per request only.
+ENGRAM_CONVERSATION_GAP_SECONDS = env_int("ENGRAM_CONVERSATION_GAP_SECONDS", 1800, minimum=0)
 
 # --- Extraction (Claude) and the job queue ----------------------------------------------------
 # Without a key, a deterministic offline extractor stands in (see memory/extraction/llm.py).

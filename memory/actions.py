@@ -22,9 +22,10 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
@@ -194,7 +195,9 @@ def do_add_messages(
     """Store each non-system message verbatim as a memory (`infer=false`).
 
     A message whose exact text is already an active memory of the same scope is not stored
-    again; the existing memory is returned with the event NONE.
+    again; the existing memory is returned with the event NONE. The messages join the scope's
+    stored conversation (see _join_conversation), so an application adding turn by turn gets
+    the same keyword context and conversation grouping as one adding a session at once.
     """
     who = _as_actor(actor)
     outcome = AddOutcome(event_id=uuid.uuid4())
@@ -232,6 +235,7 @@ def do_add_messages(
             existing[digest] = memory
             new.append(memory)
             outcome.results.append((memory, "ADD"))
+        _join_conversation(project, scope, new, moment, outcome.event_id)
         Memory.objects.bulk_create(new)
         MemoryHistory.objects.bulk_create(
             _history(
@@ -246,6 +250,70 @@ def do_add_messages(
         )
         schedule_entity_linking(project.pk, [m.pk for m in new])
     return outcome
+
+
+def _join_conversation(
+    project: Project,
+    scope: dict[str, str | None],
+    new: list[Memory],
+    moment: datetime,
+    event_id: uuid.UUID,
+) -> None:
+    """Place the new messages (stored at `moment`, in this order) in the scope's conversation.
+
+    The stored messages just before and just after them in time (same exact scope, raw
+    messages only, within ENGRAM_CONVERSATION_GAP_SECONDS; messages with the same timestamp are
+    ordered by when they were stored) become their keyword context, and they theirs: the first
+    new message's context_before is the one before, which gets the first new text as its
+    context_after (a late arrival between two stored messages replaces each one's context on
+    its side); the last new message and the one after, likewise, if that one is in the same
+    conversation. The new messages take the conversation of the one before (else of the one
+    after, else a new one: this request's id).
+    Two indexed lookups and at most two one-row updates, on the request path.
+    """
+    if not new:
+        return
+    gap = timedelta(seconds=min(settings.ENGRAM_CONVERSATION_GAP_SECONDS, 366 * 24 * 3600))
+    conversation = event_id
+    if gap:
+        same = {f: scope.get(f) for f in SCOPE_FIELDS}
+        stored = (
+            Memory.objects.for_project(project)
+            .active()
+            .exclude(role="")
+            .filter(**{f"{f}__isnull": True for f, v in same.items() if v is None})
+            .filter(**{f: v for f, v in same.items() if v is not None})
+            .only("id", "text", "conversation_id", "source_event_id")
+        )
+        before = (
+            stored.filter(created_at__lte=moment, created_at__gte=moment - gap)
+            .order_by("-created_at", "-seq")
+            .first()
+        )
+        after = (
+            stored.filter(created_at__gt=moment, created_at__lte=moment + gap)
+            .order_by("created_at", "seq")
+            .first()
+        )
+        neighbour = before or after
+        if neighbour is not None:
+            conversation = _conversation_of(neighbour) or event_id
+        # A message's words are context only within its conversation (which is what redaction
+        # and retention purges clean up): one after a gap from `before` is left alone.
+        if before is not None:
+            new[0].context_before = new[0].context_before or before.text
+            Memory.objects.filter(pk=before.pk).update(context_after=new[0].text)
+        if after is not None and _conversation_of(after) == conversation:
+            new[-1].context_after = new[-1].context_after or after.text
+            Memory.objects.filter(pk=after.pk).update(context_before=new[-1].text)
+    for memory in new:
+        memory.conversation_id = conversation
+
+
+def _conversation_of(memory: Memory) -> uuid.UUID | None:
+    """A stored message's conversation; rows stored before conversations spanned requests
+    (memory 0018) have none but their request's."""
+    return memory.conversation_id or memory.source_event_id
 
 
 def _existing_by_hash(

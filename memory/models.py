@@ -11,6 +11,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
@@ -101,12 +102,14 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         threshold: float,
         embedding: list[float] | None = None,
         exact: bool = False,
+        reference: datetime | None = None,
     ) -> list[ScoredMemory]:
         from memory.retrieval.search import hybrid_search
 
         return hybrid_search(
-            self, query, top_k=top_k, threshold=threshold, embedding=embedding, exact=exact
-        )
+            self, query, top_k=top_k, threshold=threshold, embedding=embedding, exact=exact,
+            reference=reference,
+        )  # fmt: skip
 
 
 class Memory(Scoped):
@@ -125,8 +128,10 @@ class Memory(Scoped):
     # SHA-256 of the text: exact duplicates in a scope are found by index, not by comparing text.
     hash = models.CharField(max_length=64)
     embedding = VectorField(dimensions=384)
-    # Words of the neighbouring messages of the same add request. They only feed keyword
-    # search, at lower weight than the memory's own words (B before, C after); never returned.
+    # Words of the neighbouring messages in the conversation (the same add request, or the
+    # scope's stored messages just before and after it: see actions.do_add_messages). They only
+    # feed keyword search, at lower weight than the memory's own words (B before, C after);
+    # never returned.
     context_before = models.TextField(blank=True, default="")
     context_after = models.TextField(blank=True, default="")
     search_vector = models.GeneratedField(
@@ -135,6 +140,17 @@ class Memory(Scoped):
         + SearchVector("context_after", weight="C", config=TEXT_SEARCH_CONFIG),
         output_field=SearchVectorField(),
         db_persist=True,
+    )
+
+    # The stored conversation a raw message (infer=false) belongs to: its add request's id, or
+    # the conversation of the scope's message just before (or after) it in time when that one is
+    # within ENGRAM_CONVERSATION_GAP_SECONDS; null for extracted memories. Search shares a strong
+    # hit's score with the rest of its conversation (retrieval.scoring.EVENT_PRIOR), whether the
+    # application added the conversation at once or turn by turn.
+    conversation_id = models.UUIDField(null=True, blank=True, editable=False)
+    # Insertion order, which orders the messages stored with the same timestamp.
+    seq = models.BigIntegerField(
+        db_default=RawSQL("nextval('memory_memory_seq')", ()), editable=False
     )
 
     metadata = models.JSONField(default=dict, blank=True)

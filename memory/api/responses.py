@@ -51,13 +51,19 @@ class MemorySerializer(Closed):
 
 
 class ScoreBreakdownSerializer(Closed):
-    semantic = serializers.FloatField()
-    bm25 = serializers.FloatField()
-    entity = serializers.FloatField()
+    semantic = serializers.FloatField(help_text="Cosine similarity to the query, clamped at 0.")
+    bm25 = serializers.FloatField(help_text="Keyword rank, bounded: rank / (rank + 0.5).")
+    entity = serializers.FloatField(help_text="Entities the query names, weighed by rarity.")
 
 
 class ScoredMemorySerializer(MemorySerializer):
-    score = serializers.FloatField(help_text="The fused score (semantic, keyword, entity).")
+    score = serializers.FloatField(
+        help_text="Relevance in [0, 1], comparable across queries: the best result's is its own "
+        "fused relevance (meaning, keywords, entities, its conversation, the time window the "
+        "query names); the others' is discounted by how far behind the best they are. A best "
+        "score of 0.3 or more means the scope holds something about the query (README: How "
+        "search works)."
+    )
     score_breakdown = ScoreBreakdownSerializer()
 
 

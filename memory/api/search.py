@@ -34,7 +34,7 @@ def search(request: Request, *, envelope: bool) -> Response:
     with tenant(request) as project:
         results = matching(request, data).search(
             data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped,
-            embedding=embedding,
+            embedding=embedding, reference=data.get("reference_date"),
         )  # fmt: skip
         note_access(request, result_count=len(results))
         # The lineage of what was found, when superseded versions are asked for: a default

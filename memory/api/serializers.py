@@ -37,6 +37,7 @@ from memory.parts import (
     refuse_fetch,
 )
 from memory.retrieval.filters import FilterError, compile_filters
+from memory.retrieval.temporal import LATEST_EPOCH, reference_moment
 
 ROLES = ("user", "assistant", "system", "tool")
 MEMORY_TYPES = ("procedural_memory",)
@@ -461,6 +462,25 @@ def category_names(value: Any) -> list[str]:
     return names
 
 
+@extend_schema_field(
+    {"oneOf": [{"type": "number", "minimum": 0, "maximum": LATEST_EPOCH},
+               {"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}],
+     "nullable": True}
+)  # fmt: skip
+class ReferenceDateField(serializers.Field):  # type: ignore[type-arg]
+    """Mem0's `reference_date`: epoch seconds, a date or an ISO datetime (memory.retrieval
+    .temporal.reference_moment)."""
+
+    def to_internal_value(self, data: Any) -> datetime:
+        try:
+            return reference_moment(data)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from error
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class SearchSerializer(ReadFlagsMixin, FilteredMixin):
     query = serializers.CharField(trim_whitespace=True, max_length=4000)
     filters = serializers.JSONField(required=False, allow_null=True)
@@ -472,6 +492,14 @@ class SearchSerializer(ReadFlagsMixin, FilteredMixin):
         child=serializers.CharField(max_length=SCOPE_MAX_LENGTH), required=False, max_length=100
     )
     show_expired = serializers.BooleanField(required=False, default=False)
+    reference_date = ReferenceDateField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The 'now' of temporal expressions in the query ('last week', 'in May', "
+        "'3 days ago'): epoch seconds, a date (YYYY-MM-DD) or an ISO datetime; default now. "
+        "Memories whose event time falls outside the window the query names rank lower.",
+    )
     enable_graph = serializers.BooleanField(
         required=False,
         default=False,

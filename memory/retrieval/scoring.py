@@ -1,19 +1,33 @@
 """Fusion of the search signals into one score in [0, 1]. Pure functions, no database.
 
 Each candidate arrives with its cosine similarity to the query (semantic) and its keyword rank
-(ts_rank over the weighted tsvector, 0 when no query word matched). Both are min-max normalised
-over the candidate set and combined as a weighted sum, which ranked better than reciprocal rank
-fusion on the LoCoMo retrieval task (see bench/locomo.py). Candidates from the same add request
-as a strong hit get a share of its score ("event prior"): the turns around a relevant turn are
-often relevant too.
+(ts_rank over the weighted tsvector, 0 when no query word matched). Neither is stretched over
+the candidate set: the semantic signal is the cosine itself (clamped at 0), the keyword signal is
+bounded as rank / (rank + KEYWORD_HALF). They are combined as a weighted mean with fixed
+weights. Candidates from the same conversation as a strong hit get a share of its score ("event
+prior"): the turns around a relevant turn are often relevant too. That fused relevance is the
+best candidate's score as it is, so the best score of a query means the same whatever else the
+query found: it compares across queries and a fixed threshold on it tells a related query from an
+unrelated one. Every other candidate's is discounted by how far it is behind the best, times
+(fused / best) ** RELATIVE_EXPONENT, which keeps the order and lets a fixed threshold cut a
+list's tail as well (bench/locomo.py --calibration reports precision and recall at fixed
+thresholds).
+
+Until 2026-11 both signals were min-max normalised over the candidates, which ranked the same on
+LoCoMo (recall@10 0.741 against 0.738 now) but gave the best candidate of any query, related or
+not, a score of 1.0.
+
+Temporal intent: when the query names a time window (memory.retrieval.temporal: "last week",
+"in May 2023", relative to the request's reference date) and some candidates' event times fall in
+it, the others' fused relevance is multiplied by OUT_OF_WINDOW (a boost of the window, not a
+filter: a query's words may name a time loosely).
 
 The entity signal: each candidate arrives with the query's entity names it is linked to. A name
 counts by its rarity among the n candidates, log(1 + n / linked) / log(1 + n): 1 for a name
 only one candidate carries, little for a name most carry (the speaker of a whole conversation
 tells nothing apart). A candidate's signal is the mean over the query's names that any candidate
-carries, so in [0, 1] without min-max stretching (which would turn a name half the candidates
-carry into a full boost); weighted by ENGRAM_SEARCH_ENTITY_WEIGHT (0: off, the scores are
-exactly those without it).
+carries, so in [0, 1]; weighted by ENGRAM_SEARCH_ENTITY_WEIGHT (0: off, the scores are exactly
+those without it).
 """
 
 from __future__ import annotations
@@ -26,14 +40,25 @@ from dataclasses import dataclass
 KEYWORD_WEIGHT = 1.0
 SEMANTIC_WEIGHT = 0.5
 EVENT_PRIOR = 0.3
+# A candidate's score is its own fused relevance times (that / the query's best) ** this: the
+# best result keeps its absolute score, the others are discounted by how far behind it they are.
+RELATIVE_EXPONENT = 3.0
+# With temporal intent ("last week", "in May 2023"), the fused relevance of a memory whose event
+# time falls outside the window is multiplied by this (if any candidate falls inside).
+OUT_OF_WINDOW = 0.75
+# The keyword rank that bounds to 0.5. ts_rank gives one query word in a memory's own text
+# (weight A) about 0.06, several well-placed words 0.3-0.9.
+KEYWORD_HALF = 0.5
 
 
 @dataclass(frozen=True)
 class Signals:
     semantic: float  # cosine similarity, [-1, 1]
     keyword: float  # ts_rank, >= 0
-    group: Hashable = None  # the add request (event) the memory came from
+    group: Hashable = None  # the conversation (else the add request) the memory came from
     entities: tuple[str, ...] = ()  # the query's entity names the memory is linked to
+    # Whether the memory's event time is in the time window the query names; None: no window.
+    in_window: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -42,13 +67,12 @@ class Score:
     semantic: float
     bm25: float
     entity: float = 0.0
+    temporal: float = 0.0  # 1 when the memory's event time is in the window the query names
 
 
-def _normalise(values: Sequence[float]) -> list[float]:
-    low, high = min(values), max(values)
-    if high - low < 1e-12:
-        return [1.0 if high > 0 else 0.0 for _ in values]
-    return [(v - low) / (high - low) for v in values]
+def bounded_keyword(rank: float) -> float:
+    """A keyword rank (ts_rank, >= 0, unbounded) mapped into [0, 1), increasing."""
+    return rank / (rank + KEYWORD_HALF) if rank > 0 else 0.0
 
 
 def entity_strengths(candidates: Sequence[Signals]) -> list[float]:
@@ -65,28 +89,39 @@ def entity_strengths(candidates: Sequence[Signals]) -> list[float]:
 
 
 def fuse(candidates: Sequence[Signals], *, entity_weight: float = 0.0) -> list[Score]:
-    """Return one Score per candidate, in the same order."""
+    """Return one Score per candidate, in the same order. The best candidate's score depends
+    on its own signals (and, through the entity rarity and the conversation prior, on the
+    others'), never on a rescaling of the list: an unrelated query's best scores low."""
     if not candidates:
         return []
     semantic = [max(0.0, c.semantic) for c in candidates]
-    keyword = [c.keyword for c in candidates]
+    keyword = [bounded_keyword(c.keyword) for c in candidates]
     entity = entity_strengths(candidates) if entity_weight > 0 else [0.0] * len(candidates)
-    sem_n = _normalise(semantic)
-    kw_n = _normalise(keyword) if any(k > 0 for k in keyword) else [0.0] * len(keyword)
-    ent_n = entity
-    weight = SEMANTIC_WEIGHT + (KEYWORD_WEIGHT if any(k > 0 for k in keyword) else 0.0)
-    weight += entity_weight if any(e > 0 for e in entity) else 0.0
+    weight = SEMANTIC_WEIGHT + KEYWORD_WEIGHT + max(0.0, entity_weight)
     base = [
         (SEMANTIC_WEIGHT * s + KEYWORD_WEIGHT * k + entity_weight * e) / weight
-        for s, k, e in zip(sem_n, kw_n, ent_n, strict=True)
+        for s, k, e in zip(semantic, keyword, entity, strict=True)
     ]
     best_in_group: dict[Hashable, float] = {}
     for candidate, value in zip(candidates, base, strict=True):
         if candidate.group is not None:
             best_in_group[candidate.group] = max(best_in_group.get(candidate.group, 0.0), value)
-    scores = []
-    for candidate, value, s, k, e in zip(candidates, base, semantic, kw_n, ent_n, strict=True):
-        prior = best_in_group.get(candidate.group, 0.0) if candidate.group is not None else 0.0
-        fused = (value + EVENT_PRIOR * prior) / (1 + EVENT_PRIOR)
-        scores.append(Score(score=min(1.0, fused), semantic=s, bm25=k, entity=e))
-    return scores
+    fused = [
+        (value + EVENT_PRIOR * best_in_group.get(c.group, 0.0) * (c.group is not None))
+        / (1 + EVENT_PRIOR)
+        for c, value in zip(candidates, base, strict=True)
+    ]
+    inside = [bool(c.in_window) for c in candidates]
+    if any(inside):
+        fused = [f if i else f * OUT_OF_WINDOW for f, i in zip(fused, inside, strict=True)]
+    best = max(fused)
+    return [
+        Score(
+            score=min(1.0, max(0.0, f * (f / best) ** RELATIVE_EXPONENT if best > 0 else 0.0)),
+            semantic=s,
+            bm25=k,
+            entity=e,
+            temporal=1.0 if i else 0.0,
+        )
+        for f, s, k, e, i in zip(fused, semantic, keyword, entity, inside, strict=True)
+    ]

@@ -15,6 +15,9 @@ applies:
   database matches them against the scope's own entity names (normalised) by the index, so an
   entity known in lower case ("python") counts as much as a capitalised name.
 
+- window (when the query names a time window: memory.retrieval.temporal): the scope's memories
+  whose event time (created_at) falls in it, closest in meaning first.
+
 The outer query computes every signal for every candidate (for the entity signal, the query's
 names each candidate is linked to); scoring.fuse() combines them.
 """
@@ -32,16 +35,19 @@ from django.db.models import BooleanField
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.lookups import Exact
 from django.db.models.sql.where import AND, WhereNode
+from django.utils import timezone
 
 from memory.graph.recognise import query_names
 from memory.models import SCOPE_FIELDS, TEXT_SEARCH_CONFIG, Memory, MemoryEntity, MemoryQuerySet
 from memory.retrieval.embeddings import embed_one
 from memory.retrieval.scoring import Score, Signals, fuse
+from memory.retrieval.temporal import Window, time_window
 from tenants.replica import fetch_all
 
 SEMANTIC_CANDIDATES = 50
 KEYWORD_CANDIDATES = 50
 ENTITY_CANDIDATES = 50
+WINDOW_CANDIDATES = 50
 # ts_rank weights for {D, C, B, A}: a memory's own words (A) count most, then the previous
 # message's (B), then the next one's (C).
 RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
@@ -53,13 +59,14 @@ FIELD_NAMES = [
     "id", "project_id", "user_id", "agent_id", "app_id", "run_id", "text", "hash", "metadata",
     "categories", "role", "actor_id", "created_at", "updated_at", "expiration_date",
     "structured_attributes", "state", "replaced_by_id", "immutable", "source_event_id",
-    "source_positions",
+    "source_positions", "conversation_id",
 ]  # fmt: skip
 # Timestamps travel as text and are parsed for the winners only: Django's timezone-aware
 # loader costs more per candidate row than the rest of the row together.
 TEXT_TIMESTAMPS = ("created_at", "updated_at")
 COLUMNS = ", ".join(f"{n}::text" if n in TEXT_TIMESTAMPS else n for n in FIELD_NAMES)
 EVENT_COLUMN = FIELD_NAMES.index("source_event_id")
+CONVERSATION_COLUMN = FIELD_NAMES.index("conversation_id")
 JSON_FIELDS = ("metadata", "structured_attributes")
 
 
@@ -77,8 +84,13 @@ def hybrid_search(
     threshold: float,
     embedding: list[float] | None = None,
     exact: bool = False,
+    reference: datetime | None = None,
 ) -> list[ScoredMemory]:
     """Return up to top_k memories of `queryset` best matching `query`, best first.
+
+    A time window the query names ("last week", relative to `reference`, else now) adds the
+    memories whose event time falls in it as candidates and demotes the others
+    (memory.retrieval.temporal, scoring.OUT_OF_WINDOW).
 
     `exact` ranks the scope's rows by exact distance instead of letting the planner walk the
     HNSW index. Measured at 100k memories (bench/search.py): for one user's scope (up to
@@ -89,9 +101,10 @@ def hybrid_search(
     vector_literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
     weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
     names = query_names(query) if weight > 0 else []
+    window = time_window(query, reference or timezone.now())
     try:
         candidates, candidate_params = _candidate_queries(
-            queryset, query, vector_literal, exact=exact, top_k=top_k, names=names
+            queryset, query, vector_literal, exact=exact, top_k=top_k, names=names, window=window
         )
     except EmptyResultSet:
         return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
@@ -103,27 +116,42 @@ def hybrid_search(
         if names
         else "'{}'::text[]"
     )
+    in_window = "(created_at >= %s AND created_at < %s)" if window else "NULL::boolean"
     sql = (
-        f"SELECT {COLUMNS}, 1 - (embedding <=> %s::vector) AS semantic, "  # noqa: S608
+        f"SELECT {COLUMNS}, {in_window} AS in_window, "  # noqa: S608
+        "1 - (embedding <=> %s::vector) AS semantic, "
         f"ts_rank(%s::real[], search_vector, {OR_QUERY}) AS keyword, "
         f"{entity} AS entity "
         "FROM memory_memory WHERE id IN (" + " UNION ".join(f"({c})" for c in candidates) + ")"
     )
     params = (
-        vector_literal, RANK_WEIGHTS, query, *([names] if names else []), *candidate_params
+        *((window.start, window.end) if window else ()),
+        vector_literal, RANK_WEIGHTS, query, *([names] if names else []), *candidate_params,
     )  # fmt: skip
+    # On the read replica when one is configured and caught up, else the primary.
     rows = fetch_all(sql, params)
     # Fusion needs every candidate's signals; model instances are built for the winners only.
+    # A raw message's conversation (across add requests), else the request it came in.
     scores = fuse(
-        [Signals(row[-3], row[-2], row[EVENT_COLUMN], tuple(row[-1])) for row in rows],
+        [
+            Signals(
+                row[-3],
+                row[-2],
+                row[CONVERSATION_COLUMN] or row[EVENT_COLUMN],
+                tuple(row[-1]),
+                in_window=row[-4],
+            )
+            for row in rows
+        ],
         entity_weight=weight,
     )
     # As in Mem0, the threshold is on semantic similarity, so it drops what is unrelated in
-    # meaning; a memory that shares a query word or a named entity is kept all the same.
+    # meaning; a memory that shares a query word or a named entity, or falls in the time window
+    # the query names, is kept all the same.
     relevant = [
         (row, score)
         for row, score in zip(rows, scores, strict=True)
-        if score.semantic >= threshold or row[-2] > 0 or row[-1]
+        if score.semantic >= threshold or row[-2] > 0 or row[-1] or row[-4]
     ]
     relevant.sort(key=lambda pair: pair[1].score, reverse=True)
     return [ScoredMemory(_memory(row), score) for row, score in relevant[:top_k]]
@@ -137,6 +165,7 @@ def _candidate_queries(
     exact: bool,
     top_k: int,
     names: list[str],
+    window: Window | None = None,
 ) -> tuple[list[str], tuple[Any, ...]]:
     """The candidate subqueries, compiled: their SQL and, in the same order, their parameters."""
     limit = max(top_k, SEMANTIC_CANDIDATES)
@@ -158,8 +187,21 @@ def _candidate_queries(
         .values("id")[: max(top_k, KEYWORD_CANDIDATES)]
         .query.sql_with_params()
     )
+    subqueries, params = [semantic_sql, keyword_sql], (*semantic_params, *keyword_params)
+    if window is not None:
+        # The scope's memories of the window, closest first (exact: the scope's created_at
+        # index narrows them to the window first).
+        window_sql, window_params = (
+            queryset.filter(created_at__gte=window.start, created_at__lt=window.end)
+            .annotate(distance=RawSQL("(embedding <=> %s::vector) + 0", [vector_literal]))
+            .order_by("distance")
+            .values("id")[: max(top_k, WINDOW_CANDIDATES)]
+            .query.sql_with_params()
+        )
+        subqueries.append(window_sql)
+        params = (*params, *window_params)
     if not names:
-        return [semantic_sql, keyword_sql], (*semantic_params, *keyword_params)
+        return subqueries, params
     # The scope's memories linked to one of the names, closest first; exact distance, since
     # the linked rows are few and HNSW would have to filter its walk down to them.
     # The scope ids the queryset pins are repeated on the links (they carry their memory's), so
@@ -173,10 +215,7 @@ def _candidate_queries(
         .values("id")[: max(top_k, ENTITY_CANDIDATES)]
         .query.sql_with_params()
     )
-    return (
-        [semantic_sql, keyword_sql, entity_sql],
-        (*semantic_params, *keyword_params, *entity_params),
-    )
+    return [*subqueries, entity_sql], (*params, *entity_params)
 
 
 def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, str]:

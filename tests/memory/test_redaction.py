@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Q
 
 from audit.models import PurgeRecord
 from memory import actions, graph
@@ -107,6 +108,21 @@ class RedactionTestCase(BaseTestCase):
         assert self.memory(self.tea_id).context_before == TEXT  # the first wording
         counts = self.redact().json()["counts"]
         assert (counts["contexts"], self.memory(self.tea_id).context_before) == (1, "")
+
+    def test_it_clears_the_context_of_neighbours_added_in_later_requests(self) -> None:
+        """A turn-by-turn add quotes the previous turn of the conversation (memory 0018)."""
+        body = {"messages": "Alice went home", "user_id": "alice", "infer": False}
+        (later,) = self.call("post", "/v1/memories/", body).json()["results"]
+        body = {"messages": "Then Alice slept", "user_id": "alice", "infer": False}
+        self.call("post", "/v1/memories/", body)
+        assert self.memory(uuid.UUID(later["id"])).context_before == "Alice likes tea"
+        self.call("post", f"/v1/memories/{self.tea_id}/redact/", {})
+        assert self.memory(uuid.UUID(later["id"])).context_before == ""
+        with project_context(self.project):
+            quoting = Memory.objects.filter(
+                Q(context_before="Alice likes tea") | Q(context_after="Alice likes tea")
+            )
+            assert not quoting.exists()
 
     def test_it_blanks_every_wording_in_the_superseded_versions_history(self) -> None:
         older = self.memory()
