@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DataError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -18,6 +19,14 @@ logger = logging.getLogger(__name__)
 
 # Deadlock detected, serialization failure: the database rolled the transaction back.
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
+# The database cannot serve the request now: disk full, too many connections, shut down or
+# crashed (57P01/57P02), starting up (57P03); SQLSTATE class 08 is a connection failure.
+UNAVAILABLE_SQLSTATES = frozenset({"53100", "53300", "57P01", "57P02", "57P03"})
+UNAVAILABLE_DETAIL = (
+    "The database is unavailable (restarting, out of connections or out of space); "
+    "the request was not completed. Retry later."
+)
+UNAVAILABLE_RETRY_AFTER = "5"
 
 
 class RefusedError(ValueError):
@@ -47,7 +56,7 @@ def _by_field(errors: dict[str, Any] | list[Any]) -> dict[str, Any]:
     return {key: [value] if isinstance(value, str) else value for key, value in errors.items()}
 
 
-def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:  # noqa: PLR0911 - one answer per kind of failure
     if isinstance(exc, RequestDataTooBig):
         set_rollback()
         limit = settings.ENGRAM_MAX_BODY_BYTES
@@ -78,6 +87,14 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": "1"},
         )  # fmt: skip
+    if database_unavailable(exc):
+        set_rollback()
+        logger.warning("database unavailable (SQLSTATE %s)", _sqlstate(exc))
+        return Response(
+            {"detail": UNAVAILABLE_DETAIL},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": UNAVAILABLE_RETRY_AFTER},
+        )
     if isinstance(exc, ServiceUnavailableError):
         set_rollback()
         return Response(
@@ -99,11 +116,29 @@ def _sqlstate(exc: Exception) -> str:
     return str(getattr(exc.__cause__, "sqlstate", None) or "unknown")
 
 
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database could not serve the request (not what it asked): a
+    lost or refused connection (no SQLSTATE: the server never answered), or one of
+    UNAVAILABLE_SQLSTATES or class 08. The message is never shown: it may quote values."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in UNAVAILABLE_SQLSTATES
+
+
 def json_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     return JsonResponse({"detail": "Not found."}, status=404)
 
 
 def json_server_error(request: HttpRequest) -> HttpResponse:
+    # Django calls this inside its `except` block: a database failure outside a DRF view (a
+    # middleware, the dashboard's session) is still a 503 the client may retry, not a 500.
+    if database_unavailable(sys.exc_info()[1] or Exception()):
+        response = JsonResponse({"detail": UNAVAILABLE_DETAIL}, status=503)
+        response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
+        return response
     return JsonResponse({"detail": "Internal server error."}, status=500)
 
 

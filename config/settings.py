@@ -145,6 +145,9 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # instead of returning at most ef_search candidates before the scope filter.
 DATABASES["default"]["OPTIONS"] = {
     "options": "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100",
+    # A database that does not answer (down host, full backlog) fails the request with a 503
+    # after this many seconds (config.exceptions), instead of holding the worker.
+    "connect_timeout": env_int("ENGRAM_DB_CONNECT_TIMEOUT", 5, minimum=1),
 }
 _owner_url = env_optional("DATABASE_OWNER_URL")
 ENGRAM_DB_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
@@ -329,8 +332,10 @@ ENGRAM_MAX_DELETES_PER_EVENT = env_int("ENGRAM_MAX_DELETES_PER_EVENT", 3, minimu
 ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
 # Attempts per event, each counted when a worker claims it, before it is FAILED. A failure that
 # cannot succeed on a retry (a malformed payload, a value out of range: pipeline.PERMANENT)
-# fails it at once; others are retried after ENGRAM_EVENT_BACKOFF_MS x 2^attempts (at most 60 s).
-ENGRAM_EVENT_MAX_ATTEMPTS = env_int("ENGRAM_EVENT_MAX_ATTEMPTS", 4, minimum=1)
+# fails it at once; others are retried after ENGRAM_EVENT_BACKOFF_MS x 2^attempts, no sooner than
+# the model's Retry-After, at most 5 min (extraction.pipeline.backoff). With the defaults the
+# waits add up to 2 + 4 + ... + 256 + 300 s = 13.5 min: a model API outage that long is waited out.
+ENGRAM_EVENT_MAX_ATTEMPTS = env_int("ENGRAM_EVENT_MAX_ATTEMPTS", 10, minimum=1)
 ENGRAM_EVENT_BACKOFF_MS = env_int("ENGRAM_EVENT_BACKOFF_MS", 1000, minimum=1)
 # A worker's claim on an event lasts this long, and is renewed before each step (each model
 # call, the retrieval, applying), so it must cover one step, not the whole job. The default is

@@ -58,9 +58,14 @@ class FakeClaude:
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     graph_defaults: bool = True
+    # A model API that is down for a while: while this returns a reply, every call (graph
+    # calls too) gets that reply and the script waits.
+    outage: Callable[[], Reply | None] | None = None
 
     def _next(self, tool: str | None) -> Reply:
         """The reply for a request forcing `tool` (called under the lock)."""
+        if self.outage is not None and (down := self.outage()) is not None:
+            return down
         if self.graph_defaults and tool in GRAPH_DEFAULTS:
             for index, reply in enumerate(self.replies):
                 if reply.tool == tool:

@@ -26,7 +26,7 @@ import functools
 import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal, Protocol, TypeVar
@@ -566,7 +566,7 @@ def clean_relations(
 MAX_RETRY_AFTER_SECONDS = 8.0
 
 
-def retry_after_seconds(headers: httpx.Headers) -> float | None:
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """What the server asks to wait (Retry-After-Ms, Retry-After in seconds or as a date)."""
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         try:
@@ -585,6 +585,16 @@ def no_long_retry_waits(response: httpx.Response) -> None:
     wait = retry_after_seconds(response.headers)
     if wait is not None and wait > MAX_RETRY_AFTER_SECONDS:
         response.headers["x-should-retry"] = "false"
+
+
+def requested_wait(failure: BaseException) -> float | None:
+    """Seconds the model API asked a failed call to wait (Retry-After on a 429 or 5xx), if
+    `failure` is its answer; the event's next attempt comes no sooner (extraction.pipeline)."""
+    import anthropic
+
+    if not isinstance(failure, anthropic.APIStatusError):
+        return None
+    return retry_after_seconds(failure.response.headers)
 
 
 class ClaudeExtractor:

@@ -54,6 +54,7 @@ from memory.extraction.llm import (
     Triple,
     Turn,
     Usage,
+    requested_wait,
 )
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary, content_hash
 from memory.parts import describe, parse_part
@@ -66,7 +67,10 @@ logger = logging.getLogger(__name__)
 NEIGHBOURS = 5  # existing memories shown to the model per candidate fact
 KNOWN_EDGES = 50  # existing relations shown to the model when checking contradictions
 RECENT_TURNS = 10
-MAX_BACKOFF_MS = 60_000
+# The longest wait between two attempts at an event. With ENGRAM_EVENT_MAX_ATTEMPTS attempts
+# the waits (ENGRAM_EVENT_BACKOFF_MS x 2^attempts) add up to minutes, so an outage of the model
+# API (429s, 5xx, timeouts) is waited out rather than failing the events queued meanwhile.
+MAX_BACKOFF_MS = 300_000
 
 # Failures that a retry cannot cure: the same payload through the same code raises them again
 # (a malformed payload, a timestamp or date out of range, a value the database refuses, a bug).
@@ -160,12 +164,17 @@ def attempt(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) ->
             logger.exception("event %s failed for good (attempt %s)", event_id, released.attempts)
             return None
         logger.warning("event %s failed (attempt %s), retrying", event_id, released.attempts)
-        return backoff(released.attempts)
+        return backoff(released.attempts, requested_wait(exc))
     return None
 
 
-def backoff(attempts: int) -> int:
-    return int(min(MAX_BACKOFF_MS, settings.ENGRAM_EVENT_BACKOFF_MS * 2**attempts))
+def backoff(attempts: int, asked: float | None = None) -> int:
+    """Milliseconds before the next attempt: ENGRAM_EVENT_BACKOFF_MS x 2^attempts, no sooner
+    than the model API `asked` (its Retry-After, in seconds), at most MAX_BACKOFF_MS."""
+    wait = float(settings.ENGRAM_EVENT_BACKOFF_MS * 2**attempts)
+    if asked is not None:
+        wait = max(wait, asked * 1000)
+    return int(min(MAX_BACKOFF_MS, wait))
 
 
 def process_event(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> None:
