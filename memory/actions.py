@@ -565,7 +565,9 @@ def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
     with project_context(project.pk):
         event = MemoryEvent.objects.create(project=project, payload=payload, **payload["scope"])
         args = (str(event.id), str(project.pk))
-        transaction.on_commit(lambda: process_event.send(*args))
+        # A lost send (the database gone right after the commit) is logged, not raised: the
+        # event is stored PENDING and the sweeper (sweep_events) sends it again.
+        transaction.on_commit(lambda: process_event.send(*args), robust=True)
     return event
 
 
@@ -691,7 +693,9 @@ def schedule_entity_linking(project_id: uuid.UUID, memory_ids: Sequence[uuid.UUI
     if not memory_ids:
         return
     args = (str(project_id), [str(m) for m in memory_ids])
-    transaction.on_commit(lambda: link_entities.send(*args))
+    # A lost send (the database gone right after the commit) leaves these memories without
+    # their entity links (search works; the entity signal misses them) and is logged.
+    transaction.on_commit(lambda: link_entities.send(*args), robust=True)
 
 
 def schedule_summary_refresh(event: MemoryEvent) -> None:
@@ -700,7 +704,9 @@ def schedule_summary_refresh(event: MemoryEvent) -> None:
     from memory.extraction.tasks import refresh_summary
 
     args = (str(event.id), str(event.project_id))
-    transaction.on_commit(lambda: refresh_summary.send(*args))
+    # A lost send skips one refresh: the next one folds this event in (it reads every event
+    # completed since the summary's last).
+    transaction.on_commit(lambda: refresh_summary.send(*args), robust=True)
 
 
 # The label of the key that hashes erased ids: HMAC-SHA256 keyed by a key derived from
@@ -787,7 +793,9 @@ def do_request_user_erasure(
             actor=str(_as_actor(actor)),
         )
         args = (str(request.id), str(project_id))
-        transaction.on_commit(lambda: erase_user.send(*args))
+        # A lost send is logged; the request stays PENDING (the user's memories already hidden)
+        # until `purge_user` completes it.
+        transaction.on_commit(lambda: erase_user.send(*args), robust=True)
     return request
 
 

@@ -368,17 +368,11 @@ def test_disk_full_answers_503_without_corruption_then_recovers(stack: Stack) ->
 
 @needs_root_tools
 @pytest.mark.faults
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: after an add commits, the queue send (transaction.on_commit -> "
-    "dramatiq-postgres enqueue, retried up to 10 times with backoff) blocks the request while "
-    "the database is unreachable; gunicorn kills the worker after 30 s and the client gets no "
-    "answer or a 500 for a stored memory. Fix in memory/extraction/broker.py + actions.py.",
-)
 def test_queue_unreachable_after_commit_still_answers(stack: Stack) -> None:
     """The add's transaction commits; then the database becomes unreachable for the queue
     write that follows it (its table is locked, its connection ended, new ones refused). The
-    memory is stored, so the client should get its 200 (or at worst a 503) promptly."""
+    memory is stored, so the client gets its 200 (or at worst a 503) within the send's budget
+    (memory.extraction.broker.SEND_BUDGET_SECONDS), not after gunicorn's 30 s timeout."""
     text = f"Committed before the outage {uuid.uuid4().hex}"
     replies: list[httpx.Response | Exception] = []
     holder = stack.cluster.connect()
@@ -388,7 +382,7 @@ def test_queue_unreachable_after_commit_still_answers(stack: Stack) -> None:
 
         def add() -> None:
             headers = {"Authorization": f"Token {stack.key}"}
-            with httpx.Client(base_url=stack.server.url, timeout=4, headers=headers) as client:
+            with httpx.Client(base_url=stack.server.url, timeout=10, headers=headers) as client:
                 try:
                     replies.append(client.post("/v1/memories/", json=add_body(stack.user, [text])))
                 except httpx.HTTPError as error:
@@ -418,4 +412,5 @@ def test_queue_unreachable_after_commit_still_answers(stack: Stack) -> None:
         stack.cluster.sql(f"ALTER ROLE {APP} CONNECTION LIMIT -1")
     [reply] = replies
     assert isinstance(reply, httpx.Response), f"no answer: {reply!r}"
-    assert reply.status_code in (200, 503)
+    assert reply.status_code == 200, reply.text  # stored: its answer, the lost send logged
+    assert reply.json()["results"][0]["memory"] == text
