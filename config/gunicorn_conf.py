@@ -13,10 +13,17 @@ wsgi_app = "config.wsgi:application"
 # One process per core, one thread each: embedding and search are CPU-bound (bench/).
 workers = env_int("ENGRAM_WEB_WORKERS", 2, minimum=1)
 threads = env_int("ENGRAM_WEB_THREADS", 1, minimum=1)
+# Seconds an idle client connection is kept open for its next request. The sync worker closes
+# every connection after one response, so each request paid a TCP connect and accept
+# (bench/http_floor.py); the gthread worker keeps it, even with one thread, and parks idle
+# connections in its poller, not in a thread. 10 s outlasts httpx's 5 s pool expiry (the Mem0
+# clients), so the client, not the server, closes an idle connection: no race on reuse.
+# 0 = no keep-alive: the sync worker, one connection per request.
+keepalive = env_int("ENGRAM_WEB_KEEPALIVE", 10, minimum=0)
 # gunicorn switches "sync" to "gthread" by itself for threads > 1, but not a custom class.
 worker_class = (
     "config.gunicorn_workers.JsonErrorThreadWorker"
-    if threads > 1
+    if threads > 1 or keepalive > 0
     else "config.gunicorn_workers.JsonErrorSyncWorker"
 )
 

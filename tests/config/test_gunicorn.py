@@ -71,13 +71,19 @@ def chunked(body: bytes, size: int = 1000) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
 
-@pytest.fixture(scope="module", params=["1", "2"], ids=["sync", "gthread"])
+@pytest.fixture(
+    scope="module",
+    params=[("1", "0"), ("1", "10"), ("2", "10")],
+    ids=["sync", "gthread-keepalive", "gthread-2-threads"],
+)
 def server(
     request: pytest.FixtureRequest,
     django_db_setup: None,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[int]:
-    """gunicorn on a free loopback port and the test database; one thread, then two."""
+    """gunicorn on a free loopback port and the test database: the sync worker (no
+    keep-alive), the default (one thread, keep-alive: the gthread worker), two threads."""
+    threads, keepalive = request.param
     db = connections["default"].settings_dict
     url = f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     port = free_port()
@@ -86,7 +92,8 @@ def server(
         **os.environ,
         "DATABASE_URL": url,
         "ENGRAM_WEB_WORKERS": "1",
-        "ENGRAM_WEB_THREADS": request.param,
+        "ENGRAM_WEB_THREADS": threads,
+        "ENGRAM_WEB_KEEPALIVE": keepalive,
         "ENGRAM_MAX_BODY_BYTES": str(BODY_LIMIT),
         "ENGRAM_LOG_LEVEL": "WARNING",
     }
@@ -182,3 +189,34 @@ def test_it_refuses_a_chunked_body_over_the_limit_with_json(server: int) -> None
     status, detail = json_error(exchange(server, raw))
     assert status == 413
     assert f"limit of {BODY_LIMIT} bytes" in detail
+
+
+def test_it_keeps_a_connection_alive_unless_keepalive_is_0(
+    request: pytest.FixtureRequest, server: int
+) -> None:
+    """ENGRAM_WEB_KEEPALIVE > 0: a second request on the same connection is answered (the
+    sync worker, keep-alive 0, closes the connection after its one answer)."""
+    keepalive = request.node.callspec.params["server"][1] != "0"
+    ping = b"GET /v1/ping/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    answers = 0
+    with socket.create_connection(("127.0.0.1", server), timeout=10) as connection:
+        for _ in range(2):
+            try:
+                connection.sendall(ping)
+                data = b""
+                while b"\r\n\r\n" not in data and (chunk := connection.recv(65536)):
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                while len(body) < length and (chunk := connection.recv(65536)):
+                    body += chunk
+            except (OSError, StopIteration):
+                break
+            if not head.startswith(b"HTTP/1.1 401"):  # no key: the API's JSON 401
+                break
+            answers += 1
+    assert answers == (2 if keepalive else 1)
