@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from pathlib import Path
@@ -70,3 +71,70 @@ class Api:
         if response.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {response.status_code}: {response.text[:300]}")
         return response.json(), elapsed
+
+
+# The synthetic memory text generator shared by bench/search.py and bench/scale.py.
+WORDS = {
+    "verb": [
+        "likes",
+        "loves",
+        "visited",
+        "booked",
+        "cooked",
+        "painted",
+        "adopted",
+        "studied",
+        "bought",
+        "planned",
+    ],
+    "adj": [
+        "red",
+        "quiet",
+        "spicy",
+        "ancient",
+        "modern",
+        "tiny",
+        "vegan",
+        "italian",
+        "rainy",
+        "wooden",
+    ],
+    "noun": [
+        "coffee",
+        "garden",
+        "novel",
+        "bicycle",
+        "concert",
+        "museum",
+        "recipe",
+        "puppy",
+        "marathon",
+        "guitar",
+    ],
+    "place": [
+        "Lisbon",
+        "Berlin",
+        "Kyoto",
+        "Austin",
+        "Oslo",
+        "Lima",
+        "Cairo",
+        "Perth",
+        "Quebec",
+        "Seoul",
+    ],
+}
+
+
+def sentence(rng: random.Random) -> str:
+    w = {k: rng.choice(v) for k, v in WORDS.items()}
+    return f"User {w['verb']} the {w['adj']} {w['noun']} in {w['place']} #{rng.randrange(10**6)}"
+
+
+def user_sizes(memories: int, users: int, exponent: float = 0.8) -> list[int]:
+    """Zipf-like sizes: user i gets a share proportional to 1 / (i + 1) ** exponent."""
+    weights = [1 / (i + 1) ** exponent for i in range(users)]
+    total = sum(weights)
+    sizes = [max(1, int(memories * w / total)) for w in weights]
+    sizes[0] += memories - sum(sizes)
+    return sizes

@@ -34,73 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import Api, default_host, fmt_ms, load_local_env, percentiles
+from common import Api, default_host, fmt_ms, load_local_env, percentiles, sentence, user_sizes
 
 load_local_env()
-
-WORDS = {
-    "verb": [
-        "likes",
-        "loves",
-        "visited",
-        "booked",
-        "cooked",
-        "painted",
-        "adopted",
-        "studied",
-        "bought",
-        "planned",
-    ],
-    "adj": [
-        "red",
-        "quiet",
-        "spicy",
-        "ancient",
-        "modern",
-        "tiny",
-        "vegan",
-        "italian",
-        "rainy",
-        "wooden",
-    ],
-    "noun": [
-        "coffee",
-        "garden",
-        "novel",
-        "bicycle",
-        "concert",
-        "museum",
-        "recipe",
-        "puppy",
-        "marathon",
-        "guitar",
-    ],
-    "place": [
-        "Lisbon",
-        "Berlin",
-        "Kyoto",
-        "Austin",
-        "Oslo",
-        "Lima",
-        "Cairo",
-        "Perth",
-        "Quebec",
-        "Seoul",
-    ],
-}
-
-
-def sentence(rng: random.Random) -> str:
-    w = {k: rng.choice(v) for k, v in WORDS.items()}
-    return f"User {w['verb']} the {w['adj']} {w['noun']} in {w['place']} #{rng.randrange(10**6)}"
-
-
-def user_sizes(memories: int, users: int) -> list[int]:
-    weights = [1 / (i + 1) ** 0.8 for i in range(users)]
-    total = sum(weights)
-    sizes = [max(1, int(memories * w / total)) for w in weights]
-    sizes[0] += memories - sum(sizes)
-    return sizes
 
 
 def generate(project, memories: int, users: int, sample: int, rng: random.Random) -> list[int]:
