@@ -142,9 +142,11 @@ DATABASES = {
 # memory.api.common.tenant) that also writes the request's access-log row before committing.
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # pgvector: let a filtered HNSW scan keep going until it has enough rows (0.8's iterative scan),
-# instead of returning at most ef_search candidates before the scope filter.
+# instead of returning at most ef_search candidates before the scope filter. No JIT: a search
+# over a large scope has a plan cost above jit_above_cost, and compiling it cost 20-80 ms per
+# search at 1M memories for a statement that runs in tens of ms (bench/scale.py).
 DATABASES["default"]["OPTIONS"] = {
-    "options": "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100",
+    "options": "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100 -c jit=off",
     # A database that does not answer (down host, full backlog) fails the request with a 503
     # after this many seconds (config.exceptions), instead of holding the worker.
     "connect_timeout": env_int("ENGRAM_DB_CONNECT_TIMEOUT", 5, minimum=1),
