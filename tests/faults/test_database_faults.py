@@ -168,6 +168,36 @@ def add_body(user: str, texts: list[str]) -> dict[str, Any]:
     }
 
 
+def add_in_background(
+    stack: Stack, text: str, replies: list[httpx.Response | Exception]
+) -> threading.Thread:
+    """One add of `text` in a thread; its answer (or the client's error) goes to `replies`."""
+
+    def add() -> None:
+        with stack.client() as client:
+            try:
+                replies.append(client.post("/v1/memories/", json=add_body(stack.user, [text])))
+            except httpx.HTTPError as error:
+                replies.append(error)
+
+    thread = threading.Thread(target=add)
+    thread.start()
+    return thread
+
+
+def lock_waiters(stack: Stack, seconds: float) -> list[tuple[Any, ...]]:
+    """The application's backends waiting on a lock, as soon as there is one (within `seconds`)."""
+    waiting: list[tuple[Any, ...]] = []
+    deadline = time.monotonic() + seconds
+    while not waiting and time.monotonic() < deadline:
+        time.sleep(0.05)
+        waiting = stack.cluster.sql(
+            "SELECT pid FROM pg_stat_activity WHERE usename = %s AND wait_event_type = 'Lock'",
+            [APP],
+        )
+    return waiting
+
+
 def run_clients(stack: Stack, outcomes: Outcomes, stop: threading.Event) -> list[threading.Thread]:
     """Two clients adding (one memory per request) and one searching, until `stop`."""
 
@@ -257,24 +287,8 @@ def test_connection_lost_mid_query_answers_503_and_keeps_nothing(stack: Stack) -
     with stack.cluster.connect() as holder:
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE memory_memory IN ACCESS EXCLUSIVE MODE")
-
-        def add() -> None:
-            with stack.client() as client:
-                try:
-                    replies.append(client.post("/v1/memories/", json=add_body(stack.user, [text])))
-                except httpx.HTTPError as error:
-                    replies.append(error)
-
-        thread = threading.Thread(target=add)
-        thread.start()
-        waiting: list[tuple[Any, ...]] = []
-        deadline = time.monotonic() + CLIENT_TIMEOUT
-        while not waiting and time.monotonic() < deadline:
-            time.sleep(0.05)
-            waiting = stack.cluster.sql(
-                "SELECT pid FROM pg_stat_activity WHERE usename = %s AND wait_event_type = 'Lock'",
-                [APP],
-            )
+        thread = add_in_background(stack, text, replies)
+        waiting = lock_waiters(stack, CLIENT_TIMEOUT)
         assert waiting, "the add never waited on the lock"
         stack.cluster.sql("SELECT pg_terminate_backend(%s)", [waiting[0][0]])
         thread.join(timeout=CLIENT_TIMEOUT + 5)
@@ -379,26 +393,8 @@ def test_queue_unreachable_after_commit_still_answers(stack: Stack) -> None:
     try:
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE dramatiq.queue IN ACCESS EXCLUSIVE MODE")
-
-        def add() -> None:
-            headers = {"Authorization": f"Token {stack.key}"}
-            with httpx.Client(base_url=stack.server.url, timeout=10, headers=headers) as client:
-                try:
-                    replies.append(client.post("/v1/memories/", json=add_body(stack.user, [text])))
-                except httpx.HTTPError as error:
-                    replies.append(error)
-
-        thread = threading.Thread(target=add)
-        thread.start()
-        waiting: list[tuple[Any, ...]] = []
-        deadline = time.monotonic() + 5
-        while not waiting and time.monotonic() < deadline:
-            time.sleep(0.05)
-            waiting = stack.cluster.sql(
-                "SELECT pid FROM pg_stat_activity WHERE usename = %s AND wait_event_type = 'Lock'",
-                [APP],
-            )
-        assert waiting, "the queue write never waited"
+        thread = add_in_background(stack, text, replies)
+        assert lock_waiters(stack, 5), "the queue write never waited"
         assert stack.cluster.sql("SELECT 1 FROM memory_memory WHERE text = %s", [text])
         stack.cluster.sql(f"ALTER ROLE {APP} CONNECTION LIMIT 0")
         # Every connection of the app ends (the queue's pool holds idle ones too).

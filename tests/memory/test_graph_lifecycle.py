@@ -490,17 +490,7 @@ def test_concurrent_deletes_of_an_edges_two_backers_invalidate_it() -> None:
         other = threading.Thread(target=delete_second)
         other.start()
         # Wait until the other transaction waits on this one's lock of the edge.
-        with connection.cursor() as cursor:
-            for _ in range(10_000):
-                cursor.execute(
-                    "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
-                    "WHERE NOT l.granted AND d.datname = current_database()"
-                )
-                if cursor.fetchone()[0]:
-                    break
-                cursor.execute("SELECT pg_sleep(0.01)")
-            else:
-                pytest.fail("the second delete never waited for the first")
+        _until_another_transaction_waits()
     other.join()
     assert errors == []
     assert graph.relations(project, ALICE) == []
