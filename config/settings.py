@@ -305,6 +305,12 @@ ENGRAM_EVENT_RETENTION_DAYS = env_int("ENGRAM_EVENT_RETENTION_DAYS", 90, minimum
 # Weight of search's entity signal (memories linked to entities the query names) against the
 # keyword (1.0) and semantic (0.5) signals; 0 turns it off (memory.retrieval.search).
 ENGRAM_SEARCH_ENTITY_WEIGHT = env_float("ENGRAM_SEARCH_ENTITY_WEIGHT", 0.5, minimum=0, maximum=10)
+# Search also matches the query's words against the scope's entity names by meaning: a name
+# whose vector has at least this cosine similarity to a query word or two-word phrase counts
+# (at scoring.SIMILAR_NAME_WEIGHT of a named one). 0 turns matching by meaning off.
+ENGRAM_SEARCH_ENTITY_SIMILARITY = env_float(
+    "ENGRAM_SEARCH_ENTITY_SIMILARITY", 0.5, minimum=0, maximum=1
+)
 # Raw messages (infer=false) stored within this many seconds of a scope's previous (or next)
 # message join its conversation: keyword context and search's conversation prior cross add
 # requests, so turn-by-turn adds rank like a session added at once. 0: per request only.

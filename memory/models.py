@@ -416,6 +416,35 @@ class MemoryEntity(Scoped):
         return f"{self.entity_name} in {self.memory_id}"
 
 
+class EntityVector(Scoped):
+    """The embedding of each entity name a scope has: search matches the query's words against
+    the scope's entities by meaning as well as by name ("cities" finds "rome"; issue #9).
+
+    Written with the first MemoryEntity row of the name in the scope (memory.graph, the linking
+    job), one row per (scope, normalised name). It lives only as long as some memory of the
+    scope is linked to the name: a trigger on memory_memoryentity (memory 0020) deletes the row
+    when the last link goes, so erasure, which deletes the links, leaves no name behind.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    entity_name = models.TextField()
+    embedding = VectorField(dimensions=384)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["project", "user_id", "agent_id", "app_id", "run_id", "entity_name"],
+                name="entity_vector_once",
+                nulls_distinct=False,
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.entity_name} in {self.scope}"
+
+
 class IdempotentRequest(models.Model):
     """The first answer to an add sent with an `Idempotency-Key`, replayed to its retries.
 

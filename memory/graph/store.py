@@ -22,7 +22,8 @@ import psycopg
 from django.db import connection
 from django.db.models import QuerySet
 
-from memory.models import SCOPE_FIELDS, Memory, MemoryEntity
+from memory.models import SCOPE_FIELDS, EntityVector, Memory, MemoryEntity
+from memory.retrieval.embeddings import embed
 from tenants.db import project_context
 
 ENTITY_LABEL = "Entity"
@@ -686,7 +687,65 @@ def _link(
                 )
             )
     MemoryEntity.objects.bulk_create(rows, ignore_conflicts=True)
+    _remember_names(project, memory_scope, [row.entity_name for row in rows])
     return linked
+
+
+def _remember_names(project: ProjectId, scope: Scope, names: Sequence[str]) -> None:
+    """Give each of the scope's entity `names` its vector (EntityVector) if it has none yet:
+    search matches query words against them by meaning. The missing ones are embedded in one
+    batch; a concurrent writer of the same name is ignored (the same name, the same vector)."""
+    if not names:
+        return
+    filters = _exact_scope(scope)
+    have = set(
+        EntityVector.objects.filter(
+            project_id=project, entity_name__in=names, **filters
+        ).values_list("entity_name", flat=True)
+    )
+    missing = sorted(set(names) - have)
+    if not missing:
+        return
+    vectors = embed(missing)
+    EntityVector.objects.bulk_create(
+        [
+            EntityVector(project_id=project, entity_name=name, embedding=vector, **scope.as_dict())
+            for name, vector in zip(missing, vectors, strict=True)
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def embed_entity_names(project: ProjectId, chunk: int = 500) -> int:
+    """Give every entity name of the project that has links but no vector (linked before
+    EntityVector existed) its vector; returns how many were made. Safe to run again."""
+    with project_context(project):
+        linked = set(
+            MemoryEntity.objects.filter(project_id=project)
+            .values_list(*SCOPE_FIELDS, "entity_name")
+            .distinct()
+        )
+        have = set(
+            EntityVector.objects.filter(project_id=project).values_list(
+                *SCOPE_FIELDS, "entity_name"
+            )
+        )
+    by_scope: dict[Scope, list[str]] = {}
+    for *ids, name in sorted(linked - have, key=str):
+        by_scope.setdefault(Scope.of(dict(zip(SCOPE_FIELDS, ids, strict=True))), []).append(name)
+    for scope, names in by_scope.items():
+        for start in range(0, len(names), chunk):
+            with project_context(project):
+                _remember_names(project, scope, names[start : start + chunk])
+    return sum(len(names) for names in by_scope.values())
+
+
+def _exact_scope(scope: Scope) -> dict[str, Any]:
+    """ORM filters for exactly this scope: each id equal, or unset."""
+    filters: dict[str, Any] = {}
+    for f, value in scope.as_dict().items():
+        filters[f if value is not None else f"{f}__isnull"] = value if value is not None else True
+    return filters
 
 
 def link_memory(
@@ -712,9 +771,7 @@ def memory_ids_for_entities(
     normalised = sorted({normalise_name(n) for n in names} - {""})
     if not normalised:
         return []
-    filters: dict[str, Any] = {}
-    for f, value in scope.as_dict().items():
-        filters[f if value is not None else f"{f}__isnull"] = value if value is not None else True
+    filters = _exact_scope(scope)
     with project_context(project):
         return list(
             MemoryEntity.objects.filter(project_id=project, entity_name__in=normalised, **filters)
@@ -800,9 +857,7 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
 
 
 def _scope_entity_names(project: ProjectId, scope: Scope) -> list[str]:
-    filters: dict[str, Any] = {}
-    for f, value in scope.as_dict().items():
-        filters[f if value is not None else f"{f}__isnull"] = value if value is not None else True
+    filters = _exact_scope(scope)
     names = (
         MemoryEntity.objects.filter(project_id=project, **filters)
         .order_by("-id")

@@ -15,6 +15,13 @@ applies:
   database matches them against the scope's own entity names (normalised) by the index, so an
   entity known in lower case ("python") counts as much as a capitalised name.
 
+  The scope's entity names are also matched by meaning (unless ENGRAM_SEARCH_ENTITY_SIMILARITY
+  is 0, and only when the filters pin a scope id): the query's words and two-word phrases that
+  name no entity (recognise.query_phrases) are embedded, and the scope's names whose vectors
+  (EntityVector) are within that cosine similarity of one of them count too, at a discount
+  (scoring.SIMILAR_NAME_WEIGHT). One subquery finds them; the candidates and the entity column
+  read it.
+
 - window (when the query names a time window: memory.retrieval.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
 
@@ -25,21 +32,31 @@ names each candidate is linked to); scoring.fuse() combines them.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
-from django.db.models import BooleanField
+from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.lookups import Exact
 from django.db.models.sql.where import AND, WhereNode
 from django.utils import timezone
 
-from memory.graph.recognise import query_names
-from memory.models import SCOPE_FIELDS, TEXT_SEARCH_CONFIG, Memory, MemoryEntity, MemoryQuerySet
-from memory.retrieval.embeddings import embed_one
+from memory.graph.recognise import query_names, query_phrases
+from memory.models import (
+    SCOPE_FIELDS,
+    TEXT_SEARCH_CONFIG,
+    EntityVector,
+    Memory,
+    MemoryEntity,
+    MemoryQuerySet,
+)
+from memory.retrieval.embeddings import embed, embed_one
 from memory.retrieval.scoring import Score, Signals, fuse
 from memory.retrieval.temporal import Window, time_window
 from tenants.replica import fetch_all
@@ -57,6 +74,11 @@ WINDOW_CANDIDATES = 50
 # bounded.
 WINDOW_ROWS = 2000
 ENTITY_LINKS = 1000
+# Entity names matched by meaning: at most this many, the closest to a query phrase first.
+SIMILAR_NAMES = 20
+# Query phrases' vectors kept per process (their text form, about 3.5 kB each): the words of
+# queries repeat, and embedding a dozen phrases costs 2-7 ms.
+PHRASE_CACHE = 2048
 # ts_rank weights for {D, C, B, A}: a memory's own words (A) count most, then the previous
 # message's (B), then the next one's (C).
 RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
@@ -107,24 +129,39 @@ def hybrid_search(
     filtered HNSW scan visits many nodes outside the scope; HNSW wins on large unscoped searches.
     """
     vector = embedding if embedding is not None else embed_one(query)
-    vector_literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+    vector_literal = _literal(vector)
     weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
     names = query_names(query) if weight > 0 else []
+    similar = _similar_names(queryset, query, names) if names else None
     window = time_window(query, reference or timezone.now())
     try:
         candidates, candidate_params = _candidate_queries(
-            queryset, query, vector_literal, exact=exact, top_k=top_k, names=names, window=window
+            queryset,
+            query,
+            vector_literal,
+            exact=exact,
+            top_k=top_k,
+            names=names,
+            similar=similar,
+            window=window,
         )
     except EmptyResultSet:
         return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
     # The subqueries are Django's compiled SQL; every value is a parameter. The entity column
-    # is probed on the unique (memory, entity_name) index, once per candidate.
-    entity = (
-        "ARRAY(SELECT e.entity_name FROM memory_memoryentity e "
-        "WHERE e.memory_id = memory_memory.id AND e.entity_name = ANY(%s::text[]))"
-        if names
-        else "'{}'::text[]"
-    )
+    # is probed on the unique (memory, entity_name) index, once per candidate; the names
+    # matched by meaning are one hashed subplan, found once.
+    entity = "'{}'::text[]"
+    entity_params: tuple[Any, ...] = ()
+    if names:
+        entity, entity_params = "e.entity_name = ANY(%s::text[])", (names,)
+        if similar is not None:
+            similar_sql, similar_params = similar.query.sql_with_params()
+            entity = f"({entity} OR e.entity_name IN ({similar_sql}))"
+            entity_params = (*entity_params, *similar_params)
+        entity = (
+            "ARRAY(SELECT e.entity_name FROM memory_memoryentity e "  # noqa: S608
+            f"WHERE e.memory_id = memory_memory.id AND {entity})"
+        )
     in_window = "(created_at >= %s AND created_at < %s)" if window else "NULL::boolean"
     sql = (
         f"SELECT {COLUMNS}, {in_window} AS in_window, "  # noqa: S608
@@ -135,7 +172,7 @@ def hybrid_search(
     )
     params = (
         *((window.start, window.end) if window else ()),
-        vector_literal, RANK_WEIGHTS, query, *([names] if names else []), *candidate_params,
+        vector_literal, RANK_WEIGHTS, query, *entity_params, *candidate_params,
     )  # fmt: skip
     # On the read replica when one is configured and caught up, else the primary.
     rows = fetch_all(sql, params)
@@ -153,6 +190,8 @@ def hybrid_search(
             for row in rows
         ],
         entity_weight=weight,
+        # What the candidates are linked to beyond the query's own names was matched by meaning.
+        similar_names=frozenset(n for row in rows for n in row[-1]).difference(names),
     )
     # As in Mem0, the threshold is on semantic similarity, so it drops what is unrelated in
     # meaning; a memory that shares a query word or a named entity, or falls in the time window
@@ -174,6 +213,7 @@ def _candidate_queries(
     exact: bool,
     top_k: int,
     names: list[str],
+    similar: QuerySet[EntityVector, dict[str, Any]] | None = None,
     window: Window | None = None,
 ) -> tuple[list[str], tuple[Any, ...]]:
     """The candidate subqueries, compiled: their SQL and, in the same order, their parameters."""
@@ -221,8 +261,11 @@ def _candidate_queries(
     # The scope ids the queryset pins are repeated on the links (they carry their memory's), so
     # the (project, entity_name, user_id) index finds this scope's links only.
     pinned = _pinned_scope(queryset)
+    named = Q(entity_name__in=names)
+    if similar is not None:
+        named |= Q(entity_name__in=similar)
     linked = (
-        MemoryEntity.objects.filter(entity_name__in=names, **pinned)
+        MemoryEntity.objects.filter(named, **pinned)
         .order_by("-created_at")
         .values("memory_id")[:ENTITY_LINKS]
     )
@@ -234,6 +277,55 @@ def _candidate_queries(
         .query.sql_with_params()
     )
     return [*subqueries, entity_sql], (*params, *entity_params)
+
+
+def _similar_names(
+    queryset: MemoryQuerySet, query: str, names: list[str]
+) -> QuerySet[EntityVector, dict[str, Any]] | None:
+    """The scope's entity names close in meaning to a phrase of the query (a values queryset of
+    `entity_name`), or None: matching by meaning is off, the filters pin no scope id (the
+    project's every name would be compared), or the query has no phrase to match."""
+    similarity = settings.ENGRAM_SEARCH_ENTITY_SIMILARITY
+    pinned = _pinned_scope(queryset)
+    phrases = query_phrases(query) if similarity > 0 and pinned else []
+    if not phrases:
+        return None
+    vectors = "{" + ",".join(f'"{v}"' for v in _phrase_vectors(phrases)) + "}"
+    # RawSQL: fixed SQL text, the vectors go in as a parameter.
+    closest = RawSQL("(SELECT min(embedding <=> p.v) FROM unnest(%s::vector[]) AS p(v))", [vectors])
+    return (
+        EntityVector.objects.filter(**pinned)
+        .exclude(entity_name__in=names)
+        .annotate(distance=closest)
+        .filter(distance__lte=1 - similarity)
+        .order_by("distance")
+        .values("entity_name")[:SIMILAR_NAMES]
+    )
+
+
+_phrase_cache: OrderedDict[str, str] = OrderedDict()
+_phrase_lock = threading.Lock()
+
+
+def _phrase_vectors(phrases: list[str]) -> list[str]:
+    """The phrases' vectors in pgvector's text form, the ones not cached embedded in one batch."""
+    with _phrase_lock:
+        found = {p: _phrase_cache[p] for p in phrases if p in _phrase_cache}
+        for p in found:
+            _phrase_cache.move_to_end(p)
+    missing = [p for p in phrases if p not in found]
+    if missing:
+        made = {p: _literal(v) for p, v in zip(missing, embed(missing), strict=True)}
+        with _phrase_lock:
+            _phrase_cache.update(made)
+            while len(_phrase_cache) > PHRASE_CACHE:
+                _phrase_cache.popitem(last=False)
+        found.update(made)
+    return [found[p] for p in phrases]
+
+
+def _literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
 
 
 def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, str]:

@@ -25,13 +25,17 @@ FORBIDDEN = {
     # through queries, and share nothing with the API's modules.
     "memory.web": ("memory.api", "memory.mcp", "memory.extraction"),
     "memory.api": ("memory.web",),
-    # The graph store sits beside retrieval: models and tenants only (for now nothing imports it).
+    # The graph store sits beside retrieval: models and tenants, and of retrieval only the
+    # embedder (a leaf), for the entity names' vectors.
     "memory.graph": (
         "memory.actions",
         "memory.queries",
         "memory.api",
         "memory.extraction",
-        "memory.retrieval",
+        "memory.retrieval.search",
+        "memory.retrieval.scoring",
+        "memory.retrieval.filters",
+        "memory.retrieval.temporal",
     ),
 }
 PACKAGES = ("tenants", "audit", "config", "memory")

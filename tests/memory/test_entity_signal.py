@@ -13,11 +13,12 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from memory import graph
+from memory import actions, graph
 from memory.extraction.tasks import link_entities
 from memory.graph import Scope
-from memory.models import Memory, MemoryEntity
-from memory.retrieval.scoring import Signals, entity_strengths, fuse
+from memory.models import EntityVector, Memory, MemoryEntity
+from memory.retrieval.embeddings import embed
+from memory.retrieval.scoring import SIMILAR_NAME_WEIGHT, Signals, entity_strengths, fuse
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth, make_key
@@ -170,6 +171,91 @@ class SignalTestCase(BaseTestCase):
             with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=1):
                 self.search()
         assert links(self.project_id) == {"jon"}
+
+
+def vectors(project_id: uuid.UUID) -> dict[tuple[str | None, str], list[float]]:
+    with project_context(project_id):
+        return {
+            (v.user_id, v.entity_name): list(v.embedding)
+            for v in EntityVector.objects.order_by("id")
+        }
+
+
+class MatchingByMeaningTestCase(BaseTestCase):
+    """A scope's entity names have vectors, and search matches the query's words to them."""
+
+    def setUp(self) -> None:
+        self.project_id = self.alice.key.project_id
+        self.rome, self.jazz = add_texts(
+            self.alice.key.project,
+            ["We had pizza in Rome", "The neighbour plays jazz every evening"],
+            user_id="alice",
+        )
+        graph.link_mentions(self.project_id, [self.rome.pk, self.jazz.pk])
+
+    def search(self, query: str, filters: dict[str, Any] | None = None) -> dict[str, float]:
+        body = {"query": query, "filters": filters or {"user_id": "alice"}, "threshold": 0}
+        response = self.call("post", "/v3/memories/search/", body)
+        assert response.status_code == 200, response.content
+        return {r["id"]: r["score_breakdown"]["entity"] for r in response.json()["results"]}
+
+    def test_each_linked_name_of_a_scope_gets_one_vector(self) -> None:
+        stored = vectors(self.project_id)
+        assert set(stored) == {("alice", "rome")}
+        assert stored[("alice", "rome")] == pytest.approx(embed(["rome"])[0], abs=1e-6)
+        # Another scope naming it gets its own; linking again makes none.
+        (bobs,) = add_texts(self.alice.key.project, ["We saw Rome in May"], user_id="bob")
+        graph.link_mentions(self.project_id, [bobs.pk, self.rome.pk])
+        assert set(vectors(self.project_id)) == {("alice", "rome"), ("bob", "rome")}
+
+    def test_a_query_word_close_in_meaning_to_an_entity_counts_at_a_discount(self) -> None:
+        rome, jazz = str(self.rome.pk), str(self.jazz.pk)
+        # "cities" names no entity; "rome" is close to it in meaning (cosine about 0.55).
+        found = self.search("Which cities did she see?")
+        assert found == {rome: pytest.approx(SIMILAR_NAME_WEIGHT), jazz: 0.0}
+        with override_settings(ENGRAM_SEARCH_ENTITY_SIMILARITY=0):
+            assert self.search("Which cities did she see?") == {rome: 0.0, jazz: 0.0}
+        with override_settings(ENGRAM_SEARCH_ENTITY_SIMILARITY=0.9):
+            assert self.search("Which cities did she see?") == {rome: 0.0, jazz: 0.0}
+        # A name the query says counts in full.
+        assert self.search("pizza in Rome?")[rome] == pytest.approx(1.0)
+
+    def test_only_a_pinned_scope_is_matched_by_meaning(self) -> None:
+        # No scope id pinned (any user): the project's every name would be compared, so none is.
+        found = self.search("Which cities did she see?", {"user_id": "*"})
+        assert set(found.values()) == {0.0}
+        # Another user's names never count for this one.
+        (bobs,) = add_texts(self.alice.key.project, ["Trip to Paris"], user_id="bob")
+        graph.link_mentions(self.project_id, [bobs.pk])
+        with project_context(self.project_id):
+            MemoryEntity.objects.filter(user_id="alice").delete()
+        assert set(self.search("Which cities did she see?").values()) == {0.0}
+
+    def test_the_last_link_of_a_name_takes_its_vector_with_it(self) -> None:
+        (again,) = add_texts(self.alice.key.project, ["Rome again in June"], user_id="alice")
+        graph.link_mentions(self.project_id, [again.pk])
+        actions.do_redact_memory(self.rome, actor="command:test")
+        assert ("alice", "rome") in vectors(self.project_id)  # June still names it
+        with project_context(self.project_id):
+            again.refresh_from_db()
+        actions.do_redact_memory(again, actor="command:test")
+        assert vectors(self.project_id) == {}
+
+    def test_erasing_the_user_erases_the_vectors_of_the_users_names(self) -> None:
+        (bobs,) = add_texts(self.alice.key.project, ["We saw Rome in May"], user_id="bob")
+        graph.link_mentions(self.project_id, [bobs.pk])
+        actions.do_erase_user(self.project_id, "alice", actor="command:test")
+        assert set(vectors(self.project_id)) == {("bob", "rome")}
+
+
+def test_names_matched_by_meaning_count_at_a_discount() -> None:
+    named = Signals(0.5, 0.0, entities=("rome",))
+    similar = Signals(0.5, 0.0, entities=("paris",))
+    strengths = entity_strengths([named, similar], frozenset({"paris"}))
+    # Each name is carried by one of two: rarity 1, over the two names the candidates carry.
+    assert strengths == [pytest.approx(0.5), pytest.approx(SIMILAR_NAME_WEIGHT / 2)]
+    scores = fuse([named, similar], entity_weight=1, similar_names=frozenset({"paris"}))
+    assert scores[0].score > scores[1].score
 
 
 def test_rarer_entities_count_more() -> None:

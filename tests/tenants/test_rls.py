@@ -11,6 +11,7 @@ from django.db import DatabaseError, connection, transaction
 
 from audit.models import AccessLog, ErasureRequest, PurgeRecord
 from memory.models import (
+    EntityVector,
     Feedback,
     IdempotentRequest,
     MemoryEntity,
@@ -58,6 +59,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_memoryentity": lambda project_id: MemoryEntity.objects.create(
         project_id=project_id, memory=make_memory(project_id), entity_name="x", user_id="alice"
+    ),
+    "memory_entityvector": lambda project_id: EntityVector.objects.create(
+        project_id=project_id, entity_name="x", embedding=[0.1] * 384, user_id="alice"
     ),
     "memory_idempotentrequest": lambda project_id: IdempotentRequest.objects.create(
         project_id=project_id, key="retry-key-1", body_hash="0" * 64, status=200, response={}
