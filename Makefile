@@ -32,8 +32,9 @@ $(STAMP): pyproject.toml
 postgres:
 	@bash scripts/install-postgres.sh
 
-model:
+model: venv
 	@bash scripts/export-model.sh
+	@$(BIN)/python scripts/embed_vocabulary.py "$${ENGRAM_MODEL_DIR:-$$HOME/.cache/engram/models/all-MiniLM-L6-v2}"
 
 # Debian's Chromium, which the end-to-end tests (tests/e2e/) drive through Playwright.
 browser:

@@ -75,7 +75,7 @@ FILTERS = ("none", "agent", "category", "date", "metadata")
 CLASSES = ("small", "median", "largest")
 KINDS = ("short", "question")
 DAYS = 730  # created_at spread over the last two years
-HOT_SQL = "SELECT id, project_id"  # the hybrid search statement (memory/retrieval/search.py)
+HOT_SQL = ("SELECT id, project_id", "WITH similar_names ")  # memory.retrieval.search's statement
 
 
 # --- connection settings ------------------------------------------------------------------

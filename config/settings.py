@@ -306,7 +306,7 @@ ENGRAM_EVENT_RETENTION_DAYS = env_int("ENGRAM_EVENT_RETENTION_DAYS", 90, minimum
 # keyword (1.0) and semantic (0.5) signals; 0 turns it off (memory.retrieval.search).
 ENGRAM_SEARCH_ENTITY_WEIGHT = env_float("ENGRAM_SEARCH_ENTITY_WEIGHT", 0.5, minimum=0, maximum=10)
 # Search also matches the query's words against the scope's entity names by meaning: a name
-# whose vector has at least this cosine similarity to a query word or two-word phrase counts
+# whose vector has at least this cosine similarity to a word of the query counts
 # (at scoring.SIMILAR_NAME_WEIGHT of a named one). 0 turns matching by meaning off.
 ENGRAM_SEARCH_ENTITY_SIMILARITY = env_float(
     "ENGRAM_SEARCH_ENTITY_SIMILARITY", 0.5, minimum=0, maximum=1

@@ -29,7 +29,7 @@ MAX_ENTITIES = 32  # per text
 MAX_RUN = 6  # words in one proper-noun phrase
 MAX_KNOWN_WORDS = 6  # words in a known name that can be matched
 MAX_NAME = 200  # characters of a name
-MAX_PHRASES = 12  # query phrases matched by meaning (query_phrases)
+MAX_QUERY_WORDS = 12  # query words matched by meaning (query_words)
 
 _SPACES = re.compile(r"\s+")
 # A word: letters (any script), then letters, digits, apostrophes, hyphens, ampersands.
@@ -170,14 +170,15 @@ def query_names(text: str, known_words: int = 3) -> list[str]:
     return list(dict.fromkeys(n[:MAX_NAME] for n in names if n))[: 4 * MAX_ENTITIES]
 
 
-def query_phrases(text: str) -> list[str]:
-    """The words and two-word phrases of a search query that search matches against the scope's
-    entity names by meaning (memory.retrieval.search): "cities" finds "rome". Not the names the
-    query itself names, nor any phrase with a word of one (those are matched by name), nor stop
-    words. At most MAX_PHRASES, in order of appearance."""
+def query_words(text: str) -> list[str]:
+    """The words of a search query that search matches against the scope's entity names by
+    meaning (memory.retrieval.search): "cities" finds "rome". Not the words of the names the
+    query itself names (those are matched by name), nor stop words. At most MAX_QUERY_WORDS,
+    in order of appearance. (Two-word phrases as well ranked LoCoMo the same, at twice the
+    embeddings.)"""
     named = {w for name, _ in recognise(text) for w in normalise(name).split()}
-    phrases = [p for p in query_names(text, 2) if not named.intersection(p.split())]
-    return phrases[:MAX_PHRASES]
+    words = [w for w in query_names(text, 1) if named.isdisjoint(w.split())]
+    return words[:MAX_QUERY_WORDS]
 
 
 def _phrases(text: str) -> Iterable[tuple[int, list[str]]]:

@@ -22,6 +22,11 @@ from config.exceptions import ServiceUnavailableError
 PINS_FILE = Path(__file__).resolve().parent.parent / "model.sha256"
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
 BATCH_SIZE = 64
+# The tokenizer's whole words and their vectors, made once beside the model by
+# scripts/embed_vocabulary.py (`make model`): embed_words() looks a word up instead of running
+# the model. Optional: without them every word is embedded.
+VOCABULARY_WORDS = "words.txt"
+VOCABULARY_VECTORS = "words.npy"
 
 Vectors = npt.NDArray[np.float32]
 
@@ -77,6 +82,36 @@ class OnnxMiniLM:
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 - a token name
+        self.model_dir = model_dir
+        self._vocabulary: tuple[dict[str, int], Vectors] | None = None
+
+    def vocabulary(self) -> tuple[dict[str, int], Vectors]:
+        """The precomputed words (word -> row) and their vectors, mapped read-only on first use;
+        empty when the files are missing or disagree (then every word is embedded)."""
+        if self._vocabulary is None:
+            words_file = self.model_dir / VOCABULARY_WORDS
+            vectors_file = self.model_dir / VOCABULARY_VECTORS
+            rows: dict[str, int] = {}
+            vectors: Vectors = np.zeros((0, self.dimensions), dtype=np.float32)
+            if words_file.is_file() and vectors_file.is_file():
+                words = words_file.read_text().splitlines()
+                mapped = np.load(vectors_file, mmap_mode="r")
+                if mapped.shape == (len(words), self.dimensions) and mapped.dtype == np.float32:
+                    rows, vectors = {w: i for i, w in enumerate(words)}, mapped
+            self._vocabulary = (rows, vectors)
+        return self._vocabulary
+
+    def embed_words(self, words: Sequence[str]) -> Vectors:
+        """embed(words), with the precomputed ones looked up."""
+        rows, vectors = self.vocabulary()
+        out = np.empty((len(words), self.dimensions), dtype=np.float32)
+        missing = [i for i, w in enumerate(words) if w not in rows]
+        for i, word in enumerate(words):
+            if word in rows:
+                out[i] = vectors[rows[word]]
+        if missing:
+            out[missing] = self.embed([words[i] for i in missing])
+        return out
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
@@ -171,6 +206,14 @@ def get_embedder() -> Embedder:
 
 def embed(texts: Sequence[str]) -> Vectors:
     return get_embedder().embed(texts)
+
+
+def embed_words(words: Sequence[str]) -> Vectors:
+    """embed(words) for single words, looked up where the local model has them precomputed."""
+    embedder = get_embedder()
+    if isinstance(embedder, OnnxMiniLM):
+        return embedder.embed_words(words)
+    return embedder.embed(words)
 
 
 def embed_one(text: str) -> list[float]:

@@ -16,8 +16,8 @@ applies:
   entity known in lower case ("python") counts as much as a capitalised name.
 
   The scope's entity names are also matched by meaning (unless ENGRAM_SEARCH_ENTITY_SIMILARITY
-  is 0, and only when the filters pin a scope id): the query's words and two-word phrases that
-  name no entity (recognise.query_phrases) are embedded, and the scope's names whose vectors
+  is 0, and only when the filters pin a scope id): the query's words that are not part of a name it
+  says (recognise.query_words) are embedded, and the scope's names whose vectors
   (EntityVector) are within that cosine similarity of one of them count too, at a discount
   (scoring.SIMILAR_NAME_WEIGHT). One subquery finds them; the candidates and the entity column
   read it.
@@ -47,7 +47,7 @@ from django.db.models.lookups import Exact
 from django.db.models.sql.where import AND, WhereNode
 from django.utils import timezone
 
-from memory.graph.recognise import query_names, query_phrases
+from memory.graph.recognise import query_names, query_words
 from memory.models import (
     SCOPE_FIELDS,
     TEXT_SEARCH_CONFIG,
@@ -56,7 +56,7 @@ from memory.models import (
     MemoryEntity,
     MemoryQuerySet,
 )
-from memory.retrieval.embeddings import embed, embed_one
+from memory.retrieval.embeddings import embed_one, embed_words
 from memory.retrieval.scoring import Score, Signals, fuse
 from memory.retrieval.temporal import Window, time_window
 from tenants.replica import fetch_all
@@ -74,11 +74,16 @@ WINDOW_CANDIDATES = 50
 # bounded.
 WINDOW_ROWS = 2000
 ENTITY_LINKS = 1000
-# Entity names matched by meaning: at most this many, the closest to a query phrase first.
+# Entity names matched by meaning: at most this many, the closest to a query word first.
 SIMILAR_NAMES = 20
-# Query phrases' vectors kept per process (their text form, about 3.5 kB each): the words of
-# queries repeat, and embedding a dozen phrases costs 2-7 ms.
-PHRASE_CACHE = 2048
+# Query words' vectors kept per process (their text form, about 3.5 kB each): most words are
+# looked up (embeddings.embed_words), the others (names, rare words) cost about 1 ms each.
+WORD_CACHE = 2048
+# The CTE of the names matched by meaning, and the test of a link's name against it.
+SIMILAR_CTE = "similar_names"
+IN_SIMILAR = "{column} IN (SELECT s.entity_name FROM similar_names s)"
+# How the search statement starts (benchmarks pick it out of the queries a request runs).
+STATEMENT_STARTS = ("SELECT id, project_id", f"WITH {SIMILAR_CTE} ")
 # ts_rank weights for {D, C, B, A}: a memory's own words (A) count most, then the previous
 # message's (B), then the next one's (C).
 RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
@@ -142,36 +147,39 @@ def hybrid_search(
             exact=exact,
             top_k=top_k,
             names=names,
-            similar=similar,
+            similar=similar is not None,
             window=window,
         )
     except EmptyResultSet:
         return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
     # The subqueries are Django's compiled SQL; every value is a parameter. The entity column
-    # is probed on the unique (memory, entity_name) index, once per candidate; the names
-    # matched by meaning are one hashed subplan, found once.
+    # is probed on the unique (memory, entity_name) index, once per candidate. The names
+    # matched by meaning are found once, in a CTE the entity candidates and column read (its
+    # vectors are sent once: a dozen words' are 40 kB of text).
+    prefix, prefix_params = "", ()
+    if similar is not None:
+        prefix, prefix_params = similar.query.sql_with_params()
+        prefix = f"WITH {SIMILAR_CTE} AS MATERIALIZED ({prefix}) "
     entity = "'{}'::text[]"
     entity_params: tuple[Any, ...] = ()
     if names:
         entity, entity_params = "e.entity_name = ANY(%s::text[])", (names,)
         if similar is not None:
-            similar_sql, similar_params = similar.query.sql_with_params()
-            entity = f"({entity} OR e.entity_name IN ({similar_sql}))"
-            entity_params = (*entity_params, *similar_params)
+            entity = f"({entity} OR {IN_SIMILAR.format(column='e.entity_name')})"
         entity = (
             "ARRAY(SELECT e.entity_name FROM memory_memoryentity e "  # noqa: S608
             f"WHERE e.memory_id = memory_memory.id AND {entity})"
         )
     in_window = "(created_at >= %s AND created_at < %s)" if window else "NULL::boolean"
     sql = (
-        f"SELECT {COLUMNS}, {in_window} AS in_window, "  # noqa: S608
+        f"{prefix}SELECT {COLUMNS}, {in_window} AS in_window, "  # noqa: S608
         "1 - (embedding <=> %s::vector) AS semantic, "
         f"ts_rank(%s::real[], search_vector, {OR_QUERY}) AS keyword, "
         f"{entity} AS entity "
         "FROM memory_memory WHERE id IN (" + " UNION ".join(f"({c})" for c in candidates) + ")"
     )
     params = (
-        *((window.start, window.end) if window else ()),
+        *prefix_params, *((window.start, window.end) if window else ()),
         vector_literal, RANK_WEIGHTS, query, *entity_params, *candidate_params,
     )  # fmt: skip
     # On the read replica when one is configured and caught up, else the primary.
@@ -213,7 +221,7 @@ def _candidate_queries(
     exact: bool,
     top_k: int,
     names: list[str],
-    similar: QuerySet[EntityVector, dict[str, Any]] | None = None,
+    similar: bool = False,
     window: Window | None = None,
 ) -> tuple[list[str], tuple[Any, ...]]:
     """The candidate subqueries, compiled: their SQL and, in the same order, their parameters."""
@@ -262,8 +270,10 @@ def _candidate_queries(
     # the (project, entity_name, user_id) index finds this scope's links only.
     pinned = _pinned_scope(queryset)
     named = Q(entity_name__in=names)
-    if similar is not None:
-        named |= Q(entity_name__in=similar)
+    if similar:  # the names of the statement's CTE (hybrid_search)
+        # RawSQL: fixed SQL text (the link's own column; Django aliases the table).
+        in_similar = RawSQL(IN_SIMILAR.format(column="entity_name"), [], BooleanField())  # noqa: S611
+        named |= Q(in_similar)
     linked = (
         MemoryEntity.objects.filter(named, **pinned)
         .order_by("-created_at")
@@ -284,13 +294,13 @@ def _similar_names(
 ) -> QuerySet[EntityVector, dict[str, Any]] | None:
     """The scope's entity names close in meaning to a phrase of the query (a values queryset of
     `entity_name`), or None: matching by meaning is off, the filters pin no scope id (the
-    project's every name would be compared), or the query has no phrase to match."""
+    project's every name would be compared), or the query has no word to match."""
     similarity = settings.ENGRAM_SEARCH_ENTITY_SIMILARITY
     pinned = _pinned_scope(queryset)
-    phrases = query_phrases(query) if similarity > 0 and pinned else []
-    if not phrases:
+    words = query_words(query) if similarity > 0 and pinned else []
+    if not words:
         return None
-    vectors = "{" + ",".join(f'"{v}"' for v in _phrase_vectors(phrases)) + "}"
+    vectors = "{" + ",".join(f'"{v}"' for v in _word_vectors(words)) + "}"
     # RawSQL: fixed SQL text, the vectors go in as a parameter.
     closest = RawSQL("(SELECT min(embedding <=> p.v) FROM unnest(%s::vector[]) AS p(v))", [vectors])
     return (
@@ -303,25 +313,25 @@ def _similar_names(
     )
 
 
-_phrase_cache: OrderedDict[str, str] = OrderedDict()
-_phrase_lock = threading.Lock()
+_word_cache: OrderedDict[str, str] = OrderedDict()
+_word_lock = threading.Lock()
 
 
-def _phrase_vectors(phrases: list[str]) -> list[str]:
-    """The phrases' vectors in pgvector's text form, the ones not cached embedded in one batch."""
-    with _phrase_lock:
-        found = {p: _phrase_cache[p] for p in phrases if p in _phrase_cache}
-        for p in found:
-            _phrase_cache.move_to_end(p)
-    missing = [p for p in phrases if p not in found]
+def _word_vectors(words: list[str]) -> list[str]:
+    """The words' vectors in pgvector's text form, the ones not cached embedded in one batch."""
+    with _word_lock:
+        found = {w: _word_cache[w] for w in words if w in _word_cache}
+        for w in found:
+            _word_cache.move_to_end(w)
+    missing = [w for w in words if w not in found]
     if missing:
-        made = {p: _literal(v) for p, v in zip(missing, embed(missing), strict=True)}
-        with _phrase_lock:
-            _phrase_cache.update(made)
-            while len(_phrase_cache) > PHRASE_CACHE:
-                _phrase_cache.popitem(last=False)
+        made = {w: _literal(v) for w, v in zip(missing, embed_words(missing), strict=True)}
+        with _word_lock:
+            _word_cache.update(made)
+            while len(_word_cache) > WORD_CACHE:
+                _word_cache.popitem(last=False)
         found.update(made)
-    return [found[p] for p in phrases]
+    return [found[w] for w in words]
 
 
 def _literal(vector: Sequence[float]) -> str:

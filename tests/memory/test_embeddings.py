@@ -2,12 +2,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.retrieval.embeddings import embed, get_embedder, verify_model_files
+from memory.retrieval.embeddings import (
+    VOCABULARY_VECTORS,
+    VOCABULARY_WORDS,
+    OnnxMiniLM,
+    embed,
+    embed_words,
+    get_embedder,
+    verify_model_files,
+)
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 
@@ -51,3 +60,27 @@ def test_it_refuses_altered_model_files(tmp_path: Path) -> None:
 def test_it_names_a_missing_model_and_how_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(ImproperlyConfigured, match="make model"):
         verify_model_files(tmp_path)
+
+
+def test_precomputed_words_are_looked_up_and_equal_the_models_vectors() -> None:
+    embedder = get_embedder()
+    assert isinstance(embedder, OnnxMiniLM)
+    rows, _ = embedder.vocabulary()  # made by `make model` (scripts/embed_vocabulary.py)
+    assert len(rows) > 20_000 and "cities" in rows and "zxqvbrand" not in rows
+    words = ["cities", "zxqvbrand", "games"]
+    with mock.patch.object(embedder, "embed", wraps=embedder.embed) as run:
+        looked_up = embed_words(words)
+    run.assert_called_once_with(["zxqvbrand"])  # only the unknown word runs the model
+    assert float(np.abs(looked_up - embed(words)).max()) < 1e-5
+
+
+def test_missing_or_inconsistent_word_files_mean_every_word_is_embedded(tmp_path: Path) -> None:
+    model_dir = get_embedder().model_dir  # type: ignore[attr-defined]
+    for name in ("model.onnx", "tokenizer.json"):
+        (tmp_path / name).symlink_to(model_dir / name)
+    assert OnnxMiniLM(tmp_path, threads=1).vocabulary()[0] == {}
+    (tmp_path / VOCABULARY_WORDS).write_text("cities\ngames\n")
+    np.save(tmp_path / VOCABULARY_VECTORS, np.zeros((3, 384), dtype=np.float32))  # 3 rows, 2 words
+    embedder = OnnxMiniLM(tmp_path, threads=1)
+    assert embedder.vocabulary()[0] == {}
+    assert float(np.abs(embedder.embed_words(["cities"]) - embed(["cities"])).max()) < 1e-5

@@ -10,12 +10,12 @@ from memory.graph import normalise_name
 from memory.graph.recognise import (
     MAX_ENTITIES,
     MAX_NAME,
-    MAX_PHRASES,
+    MAX_QUERY_WORDS,
     known_names,
     mentions_self,
     normalise,
     query_names,
-    query_phrases,
+    query_words,
     recognise,
     self_entity,
 )
@@ -82,13 +82,12 @@ def test_query_names_include_word_runs_for_the_database_to_match() -> None:
     assert not {"what", "the", "2023", "like"} & set(found)
 
 
-def test_query_phrases_leave_out_the_names_the_query_says() -> None:
-    # Melanie is a name (matched by name); stop words and numbers are no phrase.
-    found = query_phrases("Which cities has Melanie's family visited in 2023?")
-    assert found == ["cities", "family", "visited", "family visited"]
+def test_query_words_leave_out_the_names_the_query_says() -> None:
+    # Melanie and New York are names (matched by name); stop words and numbers are no words.
+    found = query_words("Which cities has Melanie's family visited in New York in 2023?")
+    assert found == ["cities", "family", "visited"]
     many = " ".join(f"w{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(40))
-    assert len(query_names(many, 2)) > MAX_PHRASES
-    assert query_phrases(many) == query_names(many, 2)[:MAX_PHRASES]
+    assert query_words(many) == many.split()[:MAX_QUERY_WORDS]
 
 
 def test_its_normalisation_is_the_graphs() -> None:

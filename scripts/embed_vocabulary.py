@@ -1,0 +1,59 @@
+"""Embed the tokenizer's whole words once, beside the model: search matches a query's words
+against the scope's entity names by meaning (memory.retrieval.search), and a word found here
+costs a lookup instead of a model run (about 1 ms a word on these machines).
+
+Writes MODEL_DIR/words.txt (one word a line) and MODEL_DIR/words.npy (their float32 vectors, in
+the same order; the server maps it read-only, so its pages are shared by every process). The
+words are the tokenizer's vocabulary entries of two or more lower-case letters, about 21,700;
+about 5 s on 2 cores. Skipped when both files are there and agree. Run by `make model`.
+
+    .venv/bin/python scripts/embed_vocabulary.py MODEL_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from django.conf import settings
+
+settings.configure()  # nothing of the project's settings is needed, nor its secrets
+
+from memory.retrieval.embeddings import (  # noqa: E402 - after settings.configure()
+    VOCABULARY_VECTORS,
+    VOCABULARY_WORDS,
+    OnnxMiniLM,
+)
+
+WORD = re.compile(r"[a-z]{2,}")
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    model_dir = Path(sys.argv[1])
+    words_file, vectors_file = model_dir / VOCABULARY_WORDS, model_dir / VOCABULARY_VECTORS
+    if words_file.is_file() and vectors_file.is_file():
+        count = len(words_file.read_text().splitlines())
+        if np.load(vectors_file, mmap_mode="r").shape == (count, OnnxMiniLM.dimensions):
+            return
+    vocabulary = json.loads((model_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    words = sorted(w for w in vocabulary if WORD.fullmatch(w))
+    print(f"embed-vocabulary: embedding {len(words)} words into {vectors_file} (one-time)")
+    vectors = OnnxMiniLM(model_dir, threads=os.cpu_count() or 1).embed(words)
+    # Written under temporary names, then moved: a server never maps a half-written file.
+    np.save(vectors_file.with_suffix(".tmp.npy"), vectors)
+    words_file.with_suffix(".tmp").write_text("\n".join(words) + "\n")
+    vectors_file.with_suffix(".tmp.npy").replace(vectors_file)
+    words_file.with_suffix(".tmp").replace(words_file)
+
+
+if __name__ == "__main__":
+    main()
