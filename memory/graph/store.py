@@ -23,7 +23,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from memory.models import SCOPE_FIELDS, EntityVector, Memory, MemoryEntity
-from memory.retrieval.embeddings import embed
+from memory.retrieval.embeddings import embed_words
 from tenants.db import project_context
 
 ENTITY_LABEL = "Entity"
@@ -655,7 +655,11 @@ def _link(
     memory_id: uuid.UUID | str,
     entities: Iterable[tuple[str, str]],
     scope: Scope | None = None,
+    *,
+    remember: bool = True,
 ) -> list[Entity]:
+    """Link the memory to the entities (vertices, MemoryEntity rows) and, unless the caller
+    does it for many memories at once (remember=False), give new names their vectors."""
     memory = Memory.objects.only(*SCOPE_FIELDS).get(pk=memory_id, project_id=project)
     memory_scope = Scope.of(memory.scope)
     if scope is not None and scope != memory_scope:
@@ -687,7 +691,8 @@ def _link(
                 )
             )
     MemoryEntity.objects.bulk_create(rows, ignore_conflicts=True)
-    _remember_names(project, memory_scope, [row.entity_name for row in rows])
+    if remember:
+        _remember_names(project, memory_scope, [row.entity_name for row in rows])
     return linked
 
 
@@ -706,7 +711,7 @@ def _remember_names(project: ProjectId, scope: Scope, names: Sequence[str]) -> N
     missing = sorted(set(names) - have)
     if not missing:
         return
-    vectors = embed(missing)
+    vectors = embed_words(missing)  # a one-word name may be precomputed
     EntityVector.objects.bulk_create(
         [
             EntityVector(project_id=project, entity_name=name, embedding=vector, **scope.as_dict())
@@ -847,12 +852,16 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
             for scope in {scope for _, scope, _ in chunk}:
                 names = [name for _, s, pairs in chunk if s == scope for name, _ in pairs]
                 _lock_entities(graph, scope, names)
+            linked_names: dict[Scope, set[str]] = {}
             for memory, scope, pairs in chunk:
                 try:  # the memory is read first: nothing is written when it is gone
-                    _link(graph, project, memory.pk, pairs, scope)
+                    _link(graph, project, memory.pk, pairs, scope, remember=False)
                 except Memory.DoesNotExist:
                     continue  # erased since the job was queued
                 made += len(pairs)
+                linked_names.setdefault(scope, set()).update(normalise_name(n) for n, _ in pairs)
+            for scope, new_names in linked_names.items():  # the chunk's new names, one batch
+                _remember_names(project, scope, sorted(new_names))
     return made
 
 
