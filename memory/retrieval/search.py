@@ -137,7 +137,9 @@ def hybrid_search(
     vector_literal = _literal(vector)
     weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
     names = query_names(query) if weight > 0 else []
-    similar = _similar_names(queryset, query, names) if names else None
+    # The scope ids the filters pin: the entity links and names are narrowed to them.
+    pinned = _pinned_scope(queryset) if names else {}
+    similar = _similar_names(pinned, query, names) if names else None
     window = time_window(query, reference or timezone.now())
     try:
         candidates, candidate_params = _candidate_queries(
@@ -147,6 +149,7 @@ def hybrid_search(
             exact=exact,
             top_k=top_k,
             names=names,
+            pinned=pinned,
             similar=similar is not None,
             window=window,
         )
@@ -221,6 +224,7 @@ def _candidate_queries(
     exact: bool,
     top_k: int,
     names: list[str],
+    pinned: dict[str, str] | None = None,
     similar: bool = False,
     window: Window | None = None,
 ) -> tuple[list[str], tuple[Any, ...]]:
@@ -268,14 +272,13 @@ def _candidate_queries(
     # the linked rows are few and HNSW would have to filter its walk down to them.
     # The scope ids the queryset pins are repeated on the links (they carry their memory's), so
     # the (project, entity_name, user_id) index finds this scope's links only.
-    pinned = _pinned_scope(queryset)
     named = Q(entity_name__in=names)
     if similar:  # the names of the statement's CTE (hybrid_search)
         # RawSQL: fixed SQL text (the link's own column; Django aliases the table).
         in_similar = RawSQL(IN_SIMILAR.format(column="entity_name"), [], BooleanField())  # noqa: S611
         named |= Q(in_similar)
     linked = (
-        MemoryEntity.objects.filter(named, **pinned)
+        MemoryEntity.objects.filter(named, **(pinned or {}))
         .order_by("-created_at")
         .values("memory_id")[:ENTITY_LINKS]
     )
@@ -290,13 +293,12 @@ def _candidate_queries(
 
 
 def _similar_names(
-    queryset: MemoryQuerySet, query: str, names: list[str]
+    pinned: dict[str, str], query: str, names: list[str]
 ) -> QuerySet[EntityVector, dict[str, Any]] | None:
-    """The scope's entity names close in meaning to a phrase of the query (a values queryset of
-    `entity_name`), or None: matching by meaning is off, the filters pin no scope id (the
-    project's every name would be compared), or the query has no word to match."""
+    """The names of the `pinned` scope close in meaning to a word of the query (a values
+    queryset of `entity_name`), or None: matching by meaning is off, the filters pin no scope id
+    (the project's every name would be compared), or the query has no word to match."""
     similarity = settings.ENGRAM_SEARCH_ENTITY_SIMILARITY
-    pinned = _pinned_scope(queryset)
     words = query_words(query) if similarity > 0 and pinned else []
     if not words:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import time
 import uuid
@@ -10,6 +11,7 @@ from unittest import mock
 
 import dramatiq
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
@@ -240,6 +242,16 @@ class MatchingByMeaningTestCase(BaseTestCase):
             again.refresh_from_db()
         actions.do_redact_memory(again, actor="command:test")
         assert vectors(self.project_id) == {}
+
+    def test_the_backfill_embeds_the_names_linked_without_a_vector(self) -> None:
+        with project_context(self.project_id):
+            EntityVector.objects.all().delete()  # as linked before vectors existed
+        out = io.StringIO()
+        call_command("embed_entity_names", stdout=out)
+        assert "embedded 1 entity names" in out.getvalue()
+        assert set(vectors(self.project_id)) == {("alice", "rome")}
+        call_command("embed_entity_names", stdout=out)
+        assert out.getvalue().endswith("embedded 0 entity names\n")
 
     def test_erasing_the_user_erases_the_vectors_of_the_users_names(self) -> None:
         (bobs,) = add_texts(self.alice.key.project, ["We saw Rome in May"], user_id="bob")
