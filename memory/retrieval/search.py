@@ -16,11 +16,11 @@ applies:
   entity known in lower case ("python") counts as much as a capitalised name.
 
   The scope's entity names are also matched by meaning (unless ENGRAM_SEARCH_ENTITY_SIMILARITY
-  is 0, and only when the filters pin a scope id): the query's words that are not part of a name it
-  says (recognise.query_words) are embedded, and the scope's names whose vectors
-  (EntityVector) are within that cosine similarity of one of them count too, at a discount
-  (scoring.SIMILAR_NAME_WEIGHT). One subquery finds them; the candidates and the entity column
-  read it.
+  is 0, and only when the filters pin a scope id): the query's words that are not part of a
+  name it says (recognise.query_words) get their vectors (looked up, else embedded), and the
+  scope's names whose vectors (EntityVector) are within that cosine similarity of one of them
+  count too, at a discount (scoring.SIMILAR_NAME_WEIGHT). A CTE finds them once; the entity
+  candidates and the entity column read it.
 
 - window (when the query names a time window: memory.retrieval.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
