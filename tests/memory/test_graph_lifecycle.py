@@ -533,6 +533,19 @@ def _without_deadlock(project: uuid.UUID, work: Any) -> list[BaseException]:
     """Run `work` in a thread while this transaction holds the lock of entity "amy" and then
     takes the lock of "zed": a writer that locks entities as it meets them (zed first, then
     amy) deadlocks with it; one that takes them in key order waits on "amy" holding nothing."""
+    other, errors = _in_thread(work)
+    with project_context(project):
+        graph.lock_entities(project, ALICE, ["Amy"])
+        other.start()
+        _until_another_transaction_waits()
+        graph.lock_entities(project, ALICE, ["Zed"])
+    other.join()
+    return errors
+
+
+def _in_thread(work: Any) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread (not started) running `work` on its own connection, and the list its error, if
+    any, lands in for the main thread to check."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -543,14 +556,7 @@ def _without_deadlock(project: uuid.UUID, work: Any) -> list[BaseException]:
         finally:
             connections.close_all()
 
-    other = threading.Thread(target=run)
-    with project_context(project):
-        graph.lock_entities(project, ALICE, ["Amy"])
-        other.start()
-        _until_another_transaction_waits()
-        graph.lock_entities(project, ALICE, ["Zed"])
-    other.join()
-    return errors
+    return threading.Thread(target=run), errors
 
 
 def _until_another_transaction_waits() -> None:
@@ -570,18 +576,12 @@ def _until_another_transaction_waits() -> None:
 def test_two_first_uses_of_a_projects_graph_at_once_both_succeed() -> None:
     """The second waits for the first's creation of the graph, then uses it."""
     project = make_key("acme", "first").key.project_id
-    errors: list[BaseException] = []
 
     def ensure() -> None:
-        try:
-            with project_context(project):
-                graph.ensure_graph(project)
-        except BaseException as error:  # reported by the main thread
-            errors.append(error)
-        finally:
-            connections.close_all()
+        with project_context(project):
+            graph.ensure_graph(project)
 
-    other = threading.Thread(target=ensure)
+    other, errors = _in_thread(ensure)
     with project_context(project):
         graph.ensure_graph(project)
         other.start()
