@@ -1,9 +1,13 @@
 """Fusion of the search signals into one score in [0, 1]. Pure functions, no database.
 
-Each candidate arrives with its cosine similarity to the query (semantic) and its keyword rank
-(ts_rank over the weighted tsvector, 0 when no query word matched). Neither is stretched over
-the candidate set: the semantic signal is the cosine itself (clamped at 0), the keyword signal is
-bounded as rank / (rank + KEYWORD_HALF). They are combined as a weighted mean with fixed
+Each candidate arrives with its cosine similarity to the query (semantic) and its keyword score
+(0 when no query word matched): BM25 over the scope being searched, divided by the sum of the
+query words' IDF (so in [0, BM25_K1 + 1], comparable across queries). Its term frequencies count
+a memory's own words fully and its neighbouring messages' words at TERM_WEIGHTS; a word's IDF
+comes from how many of the scope's memories have it, so the speaker's name on every turn counts
+little and a rare word a lot. Neither signal is stretched over the candidate set: the semantic
+signal is the cosine itself (clamped at 0), the keyword signal is bounded as
+score / (score + KEYWORD_HALF). They are combined as a weighted mean with fixed
 weights. Candidates from the same conversation as a strong hit get a share of its score ("event
 prior"): the turns around a relevant turn are often relevant too. That fused relevance is the
 best candidate's score as it is, so the best score of a query means the same whatever else the
@@ -14,8 +18,9 @@ list's tail as well (bench/locomo.py --calibration reports precision and recall 
 thresholds).
 
 Until 2026-11 both signals were min-max normalised over the candidates, which ranked the same on
-LoCoMo (recall@10 0.741 against 0.738 now) but gave the best candidate of any query, related or
-not, a score of 1.0.
+LoCoMo (recall@10 0.741 against 0.738 then) but gave the best candidate of any query, related or
+not, a score of 1.0; and the keyword signal was Postgres' ts_rank, which has no IDF (BM25 moved
+LoCoMo recall@10 from 0.741 to 0.776, MRR from 0.559 to 0.586: docs/benchmarks.md).
 
 Temporal intent: when the query names a time window (memory.retrieval.temporal: "last week",
 "in May 2023", relative to the request's reference date) and some candidates' event times fall in
@@ -50,9 +55,18 @@ RELATIVE_EXPONENT = 3.0
 # With temporal intent ("last week", "in May 2023"), the fused relevance of a memory whose event
 # time falls outside the window is multiplied by this (if any candidate falls inside).
 OUT_OF_WINDOW = 0.75
-# The keyword rank that bounds to 0.5. ts_rank gives one query word in a memory's own text
-# (weight A) about 0.06, several well-placed words 0.3-0.9.
-KEYWORD_HALF = 0.5
+# The keyword score that bounds to 0.5: a memory with the query's every word once in its own text
+# scores about 1 (BM25_K1 + 1 at most), one with its rarer half about 0.5.
+KEYWORD_HALF = 1.0
+# BM25's term-frequency saturation and length normalisation (the usual values; LoCoMo recall@10
+# moved by under 0.003 over k1 0.9-1.5, b 0.5-0.75). The length of a memory is its number of
+# distinct words (with its neighbours'), against the scope's mean.
+BM25_K1 = 1.2
+BM25_B = 0.75
+# Term frequency: an occurrence in the memory's own text counts 1, in the previous message 0.5,
+# in the next one 0.25 (the tsvector's weights A, B, C; D unused); further occurrences add less
+# (Postgres' ts_rank of the one word: memory.retrieval.search.RANK_SCALE).
+TERM_WEIGHTS = {"A": 1.0, "B": 0.5, "C": 0.25, "D": 0.1}
 # How much an entity name matched by meaning counts against one the query names.
 SIMILAR_NAME_WEIGHT = 0.3
 
@@ -60,7 +74,7 @@ SIMILAR_NAME_WEIGHT = 0.3
 @dataclass(frozen=True)
 class Signals:
     semantic: float  # cosine similarity, [-1, 1]
-    keyword: float  # ts_rank, >= 0
+    keyword: float  # BM25 / the query words' summed IDF, >= 0
     group: Hashable = None  # the conversation (else the add request) the memory came from
     entities: tuple[str, ...] = ()  # the query's entity names the memory is linked to
     # Whether the memory's event time is in the time window the query names; None: no window.
@@ -77,7 +91,7 @@ class Score:
 
 
 def bounded_keyword(rank: float) -> float:
-    """A keyword rank (ts_rank, >= 0, unbounded) mapped into [0, 1), increasing."""
+    """A keyword score (>= 0) mapped into [0, 1), increasing."""
     return rank / (rank + KEYWORD_HALF) if rank > 0 else 0.0
 
 

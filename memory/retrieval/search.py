@@ -7,8 +7,11 @@ applies:
 - semantic: ORDER BY embedding <=> query LIMIT n. On a small scope the planner walks the scope's
   btree index and sorts exactly; on a large one it uses the HNSW index with
   hnsw.iterative_scan (set per connection in settings) so a filter cannot starve the results;
-- keyword: the query's words OR-ed (websearch_to_tsquery, & turned into |) against the
-  weighted tsvector, ranked by ts_rank;
+- keyword: the memories with a word of the query (its English stems, OR-ed) in the weighted
+  tsvector, ranked by BM25 over the scope (scoring explains the formula). CTEs work out each
+  query word's IDF from the scope (KEYWORD_CTES), find the matches once and score them; the
+  candidates are the best of them, and the keyword column of every candidate is scored the same
+  way (_bm25);
 - entity (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the memories linked (MemoryEntity) to a name
   the query may mean, closest in meaning first. The names are what the local recogniser finds in
   the query (memory.graph.recognise.query_names) and every run of up to three of its words: the
@@ -57,7 +60,7 @@ from memory.models import (
     MemoryQuerySet,
 )
 from memory.retrieval.embeddings import embed_one, embed_words
-from memory.retrieval.scoring import Score, Signals, fuse
+from memory.retrieval.scoring import BM25_B, BM25_K1, TERM_WEIGHTS, Score, Signals, fuse
 from memory.retrieval.temporal import Window, time_window
 from tenants.replica import fetch_all
 
@@ -83,12 +86,72 @@ WORD_CACHE = 2048
 SIMILAR_CTE = "similar_names"
 IN_SIMILAR = "{column} IN (SELECT s.entity_name FROM similar_names s)"
 # How the search statement starts (benchmarks pick it out of the queries a request runs).
-STATEMENT_STARTS = ("SELECT id, project_id", f"WITH {SIMILAR_CTE} ")
-# ts_rank weights for {D, C, B, A}: a memory's own words (A) count most, then the previous
-# message's (B), then the next one's (C).
-RANK_WEIGHTS = "{0.1, 0.25, 0.5, 1.0}"
-# Any query word may match; websearch_to_tsquery alone would require all of them.
-OR_QUERY = f"replace(websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s)::text, ' & ', ' | ')::tsquery"
+STATEMENT_STARTS = ("WITH keyword_terms ", f"WITH {SIMILAR_CTE} ")
+# The query words scored (its distinct lexemes, in alphabetical order): a long query is matched
+# on all its words and scored on the first this many.
+MAX_KEYWORD_TERMS = 64
+# ts_rank weights for {D, C, B, A}: a memory's own words (A) count fully, the previous
+# message's (B) half, the next one's (C) a quarter. ts_rank of a one-word query gives one
+# occurrence w / 1.6449 (the Basel sum), more occurrences a little more: times RANK_SCALE, a
+# weighted term frequency.
+RANK_WEIGHTS = "{" + ", ".join(str(TERM_WEIGHTS[w]) for w in "DCBA") + "}"
+RANK_SCALE = 1.64493406685
+# A tsquery of one lexeme, quoted (quotes and backslashes doubled), so it matches as it is.
+LEXEME_QUERY = r"""('''' || replace(replace({0}, '\', '\\'), '''', '''''') || '''')::tsquery"""
+
+
+def _bm25(vector: str) -> str:
+    """SQL: a tsvector's BM25 against the query (its words' IDF in keyword_idf; the scope's mean
+    length and the summed IDF in keyword_stats), divided by the summed IDF; NULL: no word."""
+    # Fixed SQL text: constants and a column name, no value.
+    mean = "(SELECT mean FROM keyword_stats)"
+    norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * length({vector}) / {mean})"
+    # OFFSET 0 keeps the term frequency one subquery, computed once rather than per use.
+    return (
+        f"(SELECT sum(i.idf * r.tf * {BM25_K1 + 1} / (r.tf + {norm})) "  # noqa: S608
+        "/ (SELECT total FROM keyword_stats) FROM keyword_idf i CROSS JOIN LATERAL ("
+        f"SELECT ts_rank('{RANK_WEIGHTS}', {vector}, i.q) * {RANK_SCALE} AS tf OFFSET 0) r "
+        f"WHERE {vector} @@ i.q)"
+    )
+
+
+# BM25 over the scope. Its statistics (size, each query word's document frequency, the mean
+# length) come from the scope's first KEYWORD_SAMPLE memories: exact below that size, an
+# estimate above it. In a larger scope, a query word more than FREQUENT_WORD of the sample has
+# is not matched on (unless every query word is that frequent): it would make most of the scope
+# keyword matches, each scored (a 31k-memory user asking about "the user": 210 ms instead of
+# 84 ms); it still counts in the score of the memories that are candidates. A query word no
+# memory has counts in the summed IDF: matching half of what a query says scores lower.
+# <sample> and <matches> are the caller's queryset compiled by Django (scope, filters); every
+# value is a parameter.
+KEYWORD_SAMPLE = 5000
+FREQUENT_WORD = 0.25
+MATCHING = "search_vector @@ (SELECT matching FROM keyword_stats)"
+KEYWORD_CTES = f"""keyword_terms AS MATERIALIZED (
+    SELECT {LEXEME_QUERY.format("t.lexeme")} AS q
+    FROM unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', %s))) AS t(lexeme)
+    LIMIT {MAX_KEYWORD_TERMS}
+), keyword_sample AS MATERIALIZED (<sample>
+), keyword_idf AS MATERIALIZED (
+    SELECT t.q, ln(1 + (c.n - d.df + 0.5) / (d.df + 0.5))::float8 AS idf,
+        c.n >= %s AND d.df > c.n * {FREQUENT_WORD} AS frequent
+    FROM keyword_terms t
+    CROSS JOIN (SELECT count(*) AS n FROM keyword_sample) c
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS df FROM keyword_sample s WHERE s.search_vector @@ t.q
+    ) d
+), keyword_stats AS MATERIALIZED (
+    SELECT (SELECT avg(length(search_vector))::float8 FROM keyword_sample) AS mean,
+        (SELECT sum(idf) FROM keyword_idf) AS total,
+        (SELECT coalesce(
+            string_agg(q::text, ' | ') FILTER (WHERE NOT frequent), string_agg(q::text, ' | ')
+        )::tsquery FROM keyword_idf) AS matching
+), keyword_matches AS MATERIALIZED (<matches>
+), keyword_scores AS MATERIALIZED (
+    SELECT m.id, {_bm25("m.search_vector")} AS score FROM keyword_matches m
+)"""  # noqa: S608 (fixed SQL text: constants; <sample> and <matches> are compiled by Django)
+# The keyword signal of a candidate (the statement's outer query), as in keyword_scores.
+KEYWORD_COLUMN = f"coalesce({_bm25('memory_memory.search_vector')}, 0)"
 
 # Every column but the embedding and the keyword document, in this order.
 FIELD_NAMES = [
@@ -155,14 +218,16 @@ def hybrid_search(
         )
     except EmptyResultSet:
         return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
-    # The subqueries are Django's compiled SQL; every value is a parameter. The entity column
-    # is probed on the unique (memory, entity_name) index, once per candidate. The names
-    # matched by meaning are found once, in a CTE the entity candidates and column read (its
-    # vectors are sent once: a dozen words' are 40 kB of text).
-    prefix, prefix_params = "", ()
+    # The subqueries are Django's compiled SQL; every value is a parameter. The keyword CTEs
+    # score the scope's matches once; the candidates and the keyword column read them. The
+    # entity column is probed on the unique (memory, entity_name) index, once per candidate. The
+    # names matched by meaning are found once, in a CTE the entity candidates and column read
+    # (its vectors are sent once: a dozen words' are 40 kB of text).
+    ctes, cte_params = _keyword_ctes(queryset, query)
     if similar is not None:
-        prefix, prefix_params = similar.query.sql_with_params()
-        prefix = f"WITH {SIMILAR_CTE} AS MATERIALIZED ({prefix}) "
+        similar_sql, similar_params = similar.query.sql_with_params()
+        ctes = f"{SIMILAR_CTE} AS MATERIALIZED ({similar_sql}), {ctes}"
+        cte_params = (*similar_params, *cte_params)
     entity = "'{}'::text[]"
     entity_params: tuple[Any, ...] = ()
     if names:
@@ -175,15 +240,15 @@ def hybrid_search(
         )
     in_window = "(created_at >= %s AND created_at < %s)" if window else "NULL::boolean"
     sql = (
-        f"{prefix}SELECT {COLUMNS}, {in_window} AS in_window, "  # noqa: S608
+        f"WITH {ctes} SELECT {COLUMNS}, {in_window} AS in_window, "  # noqa: S608
         "1 - (embedding <=> %s::vector) AS semantic, "
-        f"ts_rank(%s::real[], search_vector, {OR_QUERY}) AS keyword, "
+        f"{KEYWORD_COLUMN} AS keyword, "
         f"{entity} AS entity "
         "FROM memory_memory WHERE id IN (" + " UNION ".join(f"({c})" for c in candidates) + ")"
     )
     params = (
-        *prefix_params, *((window.start, window.end) if window else ()),
-        vector_literal, RANK_WEIGHTS, query, *entity_params, *candidate_params,
+        *cte_params, *((window.start, window.end) if window else ()),
+        vector_literal, *entity_params, *candidate_params,
     )  # fmt: skip
     # On the read replica when one is configured and caught up, else the primary.
     rows = fetch_all(sql, params)
@@ -239,15 +304,9 @@ def _candidate_queries(
         .values("id")[:limit]
         .query.sql_with_params()
     )
-    keyword_sql, keyword_params = (
-        queryset.annotate(
-            rank=RawSQL(f"ts_rank(%s::real[], search_vector, {OR_QUERY})", [RANK_WEIGHTS, query])  # noqa: S611
-        )
-        .filter(RawSQL(f"search_vector @@ {OR_QUERY}", [query], output_field=BooleanField()))  # noqa: S611
-        .order_by("-rank")
-        .values("id")[: max(top_k, KEYWORD_CANDIDATES)]
-        .query.sql_with_params()
-    )
+    # The best keyword matches (scored in the statement's keyword CTEs: _keyword_ctes).
+    keyword_sql = "SELECT k.id FROM keyword_scores k ORDER BY k.score DESC, k.id LIMIT %s"
+    keyword_params = (max(top_k, KEYWORD_CANDIDATES),)
     subqueries, params = [semantic_sql, keyword_sql], (*semantic_params, *keyword_params)
     if window is not None:
         # The scope's memories of the window, closest first (exact: the scope's created_at
@@ -290,6 +349,22 @@ def _candidate_queries(
         .query.sql_with_params()
     )
     return [*subqueries, entity_sql], (*params, *entity_params)
+
+
+def _keyword_ctes(queryset: MemoryQuerySet, query: str) -> tuple[str, tuple[Any, ...]]:
+    """The keyword CTEs (KEYWORD_CTES) over the caller's queryset: their SQL and parameters."""
+    sample_sql, sample_params = (
+        queryset.order_by().values("search_vector")[:KEYWORD_SAMPLE].query.sql_with_params()
+    )
+    matches_sql, matches_params = (
+        # RawSQL: fixed SQL text (the query words to match on, from keyword_stats).
+        queryset.filter(RawSQL(MATCHING, [], BooleanField()))  # noqa: S611
+        .order_by()
+        .values("id", "search_vector")
+        .query.sql_with_params()
+    )
+    sql = KEYWORD_CTES.replace("<sample>", sample_sql).replace("<matches>", matches_sql)
+    return sql, (query, *sample_params, KEYWORD_SAMPLE, *matches_params)
 
 
 def _similar_names(

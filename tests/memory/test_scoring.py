@@ -26,9 +26,9 @@ from tests.factory import add_texts, auth
 from tests.memory.test_api_search import FACTS
 
 # The README's rule of thumb for "the scope holds something about this" (a query's best score):
-# on LoCoMo's dev conversations 98.8 % of questions asked in their own conversation reach it, 5 %
+# on LoCoMo's dev conversations 95 % of questions asked in their own conversation reach it, 3 %
 # of questions asked in another conversation do (bench/locomo.py --calibration).
-RELATED = 0.3
+RELATED = 0.25
 
 
 def test_bounded_keyword_maps_a_rank_into_zero_one() -> None:
@@ -118,7 +118,7 @@ class ComparableScoresTestCase(BaseTestCase):
             assert results, query
             return float(results[0]["score"])
 
-        related = [best(q) for q in ("Where does Maria live?", "is the user allergic to nuts")]
+        related = [best(q) for q in ("Where does Maria live?", "is she allergic to peanuts")]
         unrelated = [
             best(q)
             for q in ("quarterly tax filing deadlines", "the boiling point of liquid nitrogen")
