@@ -15,8 +15,9 @@ against in the next one (where nothing is evidence): the scores are meant to com
 queries.
 
 --also-host URL (repeatable) evaluates the same stored turns again through another server on the
-same database, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off), and
-prints a table per server.
+same database, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off), or
+one running the previous commit, and prints a table per server. Each question goes to every
+server in turn (the order rotating), so their latencies are measured under the same conditions.
 
     make run   # in another terminal (or any engram URL + key)
     .venv/bin/python bench/locomo.py [--data ../shared/data/locomo-dev.json] [--host URL --api-key KEY]
@@ -33,6 +34,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -156,49 +158,64 @@ class Calibration:
                   f"{own:>12.3f}{other:>14.3f}")  # fmt: skip
 
 
-def evaluate(
-    api: Api,
-    sample: dict[str, Any],
-    user_id: str,
-    scores: dict,
-    latencies: list,
-    calibration: Calibration | None = None,
-    other_user: str | None = None,
-) -> None:
-    for qa in sample["qa"]:
-        category = qa.get("category")
-        evidence = evidence_ids(qa.get("evidence", []))
-        if category not in CATEGORIES or not evidence:
-            continue
-        body = {
-            "query": qa["question"],
-            "filters": {"user_id": user_id},
-            "top_k": max(KS),
-            "threshold": 0,
-        }
-        result, elapsed = api.call("POST", "/v3/memories/search/", json=body)
-        latencies.append(elapsed)
-        ranked = [(r.get("metadata") or {}).get("dia_id") for r in result["results"]]
-        if calibration is not None and other_user is not None:
-            found = [
-                (float(r["score"]), d in evidence)
-                for r, d in zip(result["results"], ranked, strict=True)
-            ]
-            calibration.pairs += found
-            calibration.evidence += len(evidence)
-            calibration.own_best.append(found[0][0] if found else 0.0)
-            elsewhere, _ = api.call(
-                "POST", "/v3/memories/search/", json={**body, "filters": {"user_id": other_user}}
-            )
-            calibration.foreign_best.append(
-                max((float(r["score"]) for r in elsewhere["results"]), default=0.0)
-            )
-        row = {f"r@{k}": len(evidence & set(ranked[:k])) / len(evidence) for k in KS}
-        first = next((i for i, d in enumerate(ranked, 1) if d in evidence), None)
-        row["mrr"] = 1 / first if first else 0.0
-        for key in (category, "all"):
-            for metric, value in row.items():
-                scores[key][metric].append(value)
+@dataclass
+class Run:
+    """One server's searches: its scores per category, latencies and calibration."""
+
+    host: str
+    api: Api
+    calibration: Calibration | None
+    scores: dict[Any, dict[str, list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+    latencies: list[float] = field(default_factory=list)
+
+
+def evaluate(runs: list[Run], sample: dict[str, Any], user_id: str, other_user: str) -> None:
+    """Ask the sample's questions in its user's scope, each question of every server in turn,
+    the order rotating per question, so the servers share the machine's state alike."""
+    questions = [
+        (qa, evidence_ids(qa.get("evidence", [])))
+        for qa in sample["qa"]
+        if qa.get("category") in CATEGORIES
+    ]
+    for index, (qa, evidence) in enumerate(q for q in questions if q[1]):
+        rotation = index % len(runs)
+        for run in runs[rotation:] + runs[:rotation]:
+            ask(run, qa, evidence, user_id, other_user)
+
+
+def ask(run: Run, qa: dict[str, Any], evidence: set[str], user_id: str, other_user: str) -> None:
+    body = {
+        "query": qa["question"],
+        "filters": {"user_id": user_id},
+        "top_k": max(KS),
+        "threshold": 0,
+    }
+    result, elapsed = run.api.call("POST", "/v3/memories/search/", json=body)
+    run.latencies.append(elapsed)
+    ranked = [(r.get("metadata") or {}).get("dia_id") for r in result["results"]]
+    calibration = run.calibration
+    if calibration is not None:
+        found = [
+            (float(r["score"]), d in evidence)
+            for r, d in zip(result["results"], ranked, strict=True)
+        ]
+        calibration.pairs += found
+        calibration.evidence += len(evidence)
+        calibration.own_best.append(found[0][0] if found else 0.0)
+        elsewhere, _ = run.api.call(
+            "POST", "/v3/memories/search/", json={**body, "filters": {"user_id": other_user}}
+        )
+        calibration.foreign_best.append(
+            max((float(r["score"]) for r in elsewhere["results"]), default=0.0)
+        )
+    row = {f"r@{k}": len(evidence & set(ranked[:k])) / len(evidence) for k in KS}
+    first = next((i for i, d in enumerate(ranked, 1) if d in evidence), None)
+    row["mrr"] = 1 / first if first else 0.0
+    for key in (qa["category"], "all"):
+        for metric, value in row.items():
+            run.scores[key][metric].append(value)
 
 
 def main() -> None:
@@ -245,20 +262,20 @@ def main() -> None:
         f"data: {args.data} — {len(data)} conversations, {turns} turns stored "
         f"({'one add per turn' if args.per_turn else 'one add per session'})"
     )
-    for host in hosts:
-        scores: dict[Any, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        latencies: list[float] = []
-        searcher = Api(host, args.api_key)
+    calibrate = args.calibration and len(users) > 1  # another conversation to ask in
+    runs = [
+        Run(host, Api(host, args.api_key), Calibration() if calibrate else None) for host in hosts
+    ]
+    for server in runs:
         for _ in range(20):  # each web worker loads the embedding model on its first search
             body = {"query": "warm up", "filters": {"user_id": users[0]}}
-            searcher.call("POST", "/v3/memories/search/", json=body)
-        calibration = Calibration() if args.calibration and len(users) > 1 else None
-        for index, (sample, user_id) in enumerate(zip(data, users, strict=True)):
-            other = users[(index + 1) % len(users)]
-            evaluate(searcher, sample, user_id, scores, latencies, calibration, other)
-        report(host, scores, latencies)
-        if calibration is not None:
-            calibration.report()
+            server.api.call("POST", "/v3/memories/search/", json=body)
+    for index, (sample, user_id) in enumerate(zip(data, users, strict=True)):
+        evaluate(runs, sample, user_id, users[(index + 1) % len(users)])
+    for server in runs:
+        report(server.host, server.scores, server.latencies)
+        if server.calibration is not None:
+            server.calibration.report()
     for user_id in users:
         api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
     unit = "turn" if args.per_turn else "session"

@@ -177,7 +177,12 @@ class LargeScopeTestCase(BaseTestCase):
                     .active()
                     .search("Caroline pottery", top_k=5, threshold=0)
                 )
-        # The word still counts in the score of the candidates (here every memory is a
-        # semantic candidate): the memory with both words first, the others above zero.
+        # The word still counts in its matches' scores: the memory with both words first; the
+        # others (semantic candidates here) have no keyword signal but the one whose context
+        # has "pottery".
         assert hits[0].memory.text == "Caroline pottery"
-        assert all(h.score.bm25 > 0 for h in hits)
+        signals = {h.memory.text: h.score.bm25 for h in hits}
+        assert signals["Caroline pottery"] > signals["Caroline lake"] > 0
+        assert [t for t, v in signals.items() if v == 0] == [
+            t for t in signals if t not in ("Caroline pottery", "Caroline lake")
+        ]
