@@ -105,12 +105,12 @@ LEXEME_QUERY = r"""('''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''
 # below that size, an estimate above it. In a larger scope, a query word more than
 # FREQUENT_WORD of the sample has is not matched on (unless every query word is that frequent):
 # it would make most of the scope keyword matches, each scored (a 31k-memory user asking about
-# "the user": 210 ms instead of 84 ms); such a word still counts in its matches' scores. A query
-# word no memory has counts in the summed IDF: matching half of what a query says scores lower.
-# Plain joins and GROUP BY, no per-row subquery: 0.5 ms for a 419-memory scope where per-row
-# subqueries took 9 ms. <sample> and <matches> are the caller's queryset compiled by Django
-# (scope, filters); every value is a parameter.
-KEYWORD_SAMPLE = 5000
+# "the user": 210 ms instead of 80-90 ms); such a word still counts in its matches' scores. A
+# query word no memory has counts in the summed IDF: matching half of what a query says scores
+# lower. Plain joins and GROUP BY, no subquery per row: the CTEs of a 419-memory scope take
+# 3.6 ms, where subqueries per row took 10 ms. <sample> and <matches> are the caller's queryset
+# compiled by Django (scope, filters); every value is a parameter.
+KEYWORD_SAMPLE = 2000
 FREQUENT_WORD = 0.25
 # A scope larger than the sample is matched on a scan of its own; a smaller one is the sample.
 MATCHING = (
