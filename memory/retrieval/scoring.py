@@ -20,7 +20,7 @@ thresholds).
 Until 2026-11 both signals were min-max normalised over the candidates, which ranked the same on
 LoCoMo (recall@10 0.741 against 0.738 then) but gave the best candidate of any query, related or
 not, a score of 1.0; and the keyword signal was Postgres' ts_rank, which has no IDF (BM25 moved
-LoCoMo recall@10 from 0.741 to 0.776, MRR from 0.559 to 0.586: docs/benchmarks.md).
+LoCoMo recall@10 from 0.742 to 0.780, MRR from 0.559 to 0.594: docs/benchmarks.md).
 
 Temporal intent: when the query names a time window (memory.retrieval.temporal: "last week",
 "in May 2023", relative to the request's reference date) and some candidates' event times fall in

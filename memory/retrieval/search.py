@@ -87,8 +87,8 @@ SIMILAR_CTE = "similar_names"
 IN_SIMILAR = "{column} IN (SELECT s.entity_name FROM similar_names s)"
 # How the search statement starts (benchmarks pick it out of the queries a request runs).
 STATEMENT_STARTS = ("WITH keyword_terms ", f"WITH {SIMILAR_CTE} ")
-# The query words scored (its distinct lexemes, in alphabetical order): a long query is matched
-# on all its words and scored on the first this many.
+# The query words matched and scored: its distinct lexemes, the first this many in alphabetical
+# order (a 4,000-character query stays a bounded amount of work).
 MAX_KEYWORD_TERMS = 64
 # ts_rank weights for {D, C, B, A}: a memory's own words (A) count fully, the previous
 # message's (B) half, the next one's (C) a quarter. ts_rank of a one-word query gives one
