@@ -29,6 +29,7 @@ from django.test.utils import CaptureQueriesContext
 
 from memory.models import Memory
 from memory.retrieval.embeddings import embed_one
+from memory.retrieval.search import OUTER_FROM
 from tenants import replica as routing
 from tenants.actions import NewApiKey
 from tenants.db import project_context
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "repl
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/17/bin")
-SEARCH_STATEMENT = "FROM memory_memory WHERE id IN"  # hybrid_search's outer statement
+SEARCH_STATEMENT = OUTER_FROM  # hybrid_search's outer statement
 # A fresh cluster (CI) copies in seconds; a workstation's full of benchmark databases would
 # take minutes: then the tests skip, unless ENGRAM_TEST_REPLICA_MAX_GIB allows more.
 MAX_CLUSTER_BYTES = float(os.environ.get("ENGRAM_TEST_REPLICA_MAX_GIB", "8")) * 2**30

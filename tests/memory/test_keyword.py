@@ -137,8 +137,9 @@ class LexemeQueryTestCase(HypothesisTestCase):
 
 
 class LargeScopeTestCase(BaseTestCase):
-    """Above KEYWORD_SAMPLE memories the statistics come from a sample and a word most of the
-    scope has is not matched on (patched down to a 4-memory sample here)."""
+    """From FREQUENT_FROM memories on, a word more than a quarter of the scope has is not matched
+    on; above KEYWORD_SAMPLE memories the statistics come from a sample (both patched down to 4
+    memories here)."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -164,9 +165,25 @@ class LargeScopeTestCase(BaseTestCase):
 
     def test_a_small_scope_is_matched_on_every_word(self) -> None:
         assert len(self.matched("Caroline pottery")) == 5
+        with mock.patch.object(search, "FREQUENT_FROM", 6):  # one more than the scope has
+            assert len(self.matched("Caroline pottery")) == 5
+
+    def test_a_scope_below_the_sample_is_not_matched_on_its_frequent_words(self) -> None:
+        # Three more memories, each its own conversation: 8 in all, "caroline" in 5 of them
+        # (frequent), "pottery" in 2 (its own and the previous message's context: not).
+        with override_settings(ENGRAM_CONVERSATION_GAP_SECONDS=0), project_context(self.project.pk):
+            for word in ("jogging", "reading", "cooking"):
+                add_texts(self.project, [f"Melanie {word}"], user_id="dana")
+        assert len(self.matched("Caroline pottery")) == 5  # 8 memories: below FREQUENT_FROM
+        with mock.patch.object(search, "FREQUENT_FROM", 8):
+            assert self.matched("Caroline pottery") == {"Caroline pottery", "Caroline lake"}
+            assert len(self.matched("Caroline")) == 5  # every query word is frequent
 
     def test_a_large_scopes_frequent_word_is_not_matched_on(self) -> None:
-        with mock.patch.object(search, "KEYWORD_SAMPLE", 4):
+        with (
+            mock.patch.object(search, "KEYWORD_SAMPLE", 4),
+            mock.patch.object(search, "FREQUENT_FROM", 4),
+        ):
             # "pottery", and the message before it, whose keyword context has the word.
             assert self.matched("Caroline pottery") == {"Caroline pottery", "Caroline lake"}
             # Unless every query word is that frequent.
