@@ -257,7 +257,7 @@ def hybrid_search(
         )
     in_window = "(created_at >= %s AND created_at < %s)" if window else "NULL::boolean"
     sql = (
-        f"WITH {ctes} SELECT {COLUMNS}, {in_window} AS in_window, "  # noqa: S608
+        f"WITH {ctes} SELECT {COLUMNS}, {in_window} AS in_window, "
         "1 - (embedding <=> %s::vector) AS semantic, "
         f"{KEYWORD_COLUMN} AS keyword, "
         f"{entity} AS entity "
