@@ -216,5 +216,14 @@ def embed_words(words: Sequence[str]) -> Vectors:
     return embedder.embed(words)
 
 
+def vocabulary_words(words: Sequence[str]) -> list[str]:
+    """The `words` embed_words() looks up rather than runs the model for: those of the local
+    model's vocabulary; all of them with an embedder that has none (a hosted one, or the local
+    one without its vocabulary files)."""
+    embedder = get_embedder()
+    rows = embedder.vocabulary()[0] if isinstance(embedder, OnnxMiniLM) else {}
+    return [w for w in words if w in rows] if rows else list(words)
+
+
 def embed_one(text: str) -> list[float]:
     return [float(x) for x in embed([text])[0]]

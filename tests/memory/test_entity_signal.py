@@ -6,6 +6,7 @@ import io
 import math
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 from unittest import mock
 
@@ -19,7 +20,8 @@ from memory import actions, graph
 from memory.extraction.tasks import link_entities
 from memory.graph import Scope
 from memory.models import EntityVector, Memory, MemoryEntity
-from memory.retrieval.embeddings import embed
+from memory.retrieval import search
+from memory.retrieval.embeddings import embed, embed_words, get_embedder
 from memory.retrieval.scoring import SIMILAR_NAME_WEIGHT, Signals, entity_strengths, fuse
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -221,6 +223,23 @@ class MatchingByMeaningTestCase(BaseTestCase):
             assert self.search("Which cities did she see?") == {rome: 0.0, jazz: 0.0}
         # A name the query says counts in full.
         assert self.search("pizza in Rome?")[rome] == pytest.approx(1.0)
+
+    def test_only_words_of_the_models_vocabulary_are_matched_by_meaning(self) -> None:
+        """A word outside the local model's vocabulary would cost a model run on the request
+        path: it is not matched by meaning (a vocabulary word still is, looked up)."""
+        rome = str(self.rome.pk)
+        with (
+            mock.patch.object(search, "_word_cache", OrderedDict()),
+            mock.patch(f"{search.__name__}.embed_words", wraps=embed_words) as looked_up,
+            mock.patch.object(get_embedder(), "embed", wraps=get_embedder().embed) as model,
+        ):
+            found = self.search("Which cities did the zorblaxes see?")
+        assert found[rome] == pytest.approx(SIMILAR_NAME_WEIGHT)
+        assert [list(c.args[0]) for c in looked_up.call_args_list] == [["cities"]]
+        # The model ran once, for the query itself; no word was embedded.
+        assert [list(c.args[0]) for c in model.call_args_list] == [
+            ["Which cities did the zorblaxes see?"]
+        ]
 
     def test_only_a_pinned_scope_is_matched_by_meaning(self) -> None:
         # No scope id pinned (any user): the project's every name would be compared, so none is.
