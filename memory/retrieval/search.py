@@ -1,6 +1,6 @@
 """Hybrid search: semantic and keyword candidates gathered and scored in one SQL statement.
 
-The statement has up to three candidate subqueries over the caller's (already scoped and
+The statement has two or three candidate subqueries over the caller's (already scoped and
 filtered) queryset, so all see the same project, scope and filters, and row-level security
 applies:
 
@@ -12,23 +12,27 @@ applies:
   query word's IDF from the scope (KEYWORD_CTES), find the matches once and score them; the
   candidates are the best of them, and every candidate's keyword column is its score there (0
   for a candidate that has no query word);
-- entity (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the memories linked (MemoryEntity) to a name
-  the query may mean, closest in meaning first. The names are what the local recogniser finds in
-  the query (memory.graph.recognise.query_names) and every run of up to three of its words: the
-  database matches them against the scope's own entity names (normalised) by the index, so an
-  entity known in lower case ("python") counts as much as a capitalised name.
-
-  The scope's entity names are also matched by meaning (unless ENGRAM_SEARCH_ENTITY_SIMILARITY
-  is 0, and only when the filters pin a scope id): the query's words that are not part of a
-  name it says (recognise.query_words) and that the local model's vocabulary has get their
-  vectors (looked up: a word outside it, "rereading", would cost a model run of about 1 ms, and
-  on LoCoMo leaving those out ranked the same, at 2.6 ms less for the slowest 5 % of searches),
-  and the scope's names whose vectors (EntityVector) are within that cosine similarity of one
-  of them count too, at a discount (scoring.SIMILAR_NAME_WEIGHT). A CTE finds them once; the
-  entity candidates and the entity column read it.
-
 - window (when the query names a time window: memory.retrieval.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
+
+Every candidate also gets an entity signal (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the names
+the query may mean that it is linked to (MemoryEntity). The names are what the local recogniser
+finds in the query (memory.graph.recognise.query_names) and every run of up to three of its
+words: the database matches them against the scope's own entity names (normalised) by the
+index, so an entity known in lower case ("python") counts as much as a capitalised name.
+
+The scope's entity names are also matched by meaning (unless ENGRAM_SEARCH_ENTITY_SIMILARITY is
+0, and only when the filters pin a scope id): the query's words that are not part of a name it
+says (recognise.query_words) and that the local model's vocabulary has get their vectors (looked
+up: a word outside it, "rereading", would cost a model run of about 1 ms, and on LoCoMo leaving
+those out ranked the same, at 2.6 ms less for the slowest 5 % of searches), and the scope's names
+whose vectors (EntityVector) are within that cosine similarity of one of them count too, at a
+discount (scoring.SIMILAR_NAME_WEIGHT). A CTE finds them once.
+
+Until 2026-11-26 the memories linked to those names were candidates of their own as well (the 30
+closest in meaning): on LoCoMo the results ranked exactly as well without them (recall@10 0.781,
+MRR 0.596: a memory linked to a name the query says has the name's words, which BM25 matches) at
+2.6 ms less per search (the exact distance of every memory linked to the speaker's name).
 
 The outer query computes every signal for every candidate (for the entity signal, the query's
 names each candidate is linked to); scoring.fuse() combines them.
@@ -46,7 +50,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
-from django.db.models import BooleanField, Q, QuerySet
+from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.lookups import Exact
 from django.db.models.sql.where import AND, WhereNode
@@ -58,7 +62,6 @@ from memory.models import (
     TEXT_SEARCH_CONFIG,
     EntityVector,
     Memory,
-    MemoryEntity,
     MemoryQuerySet,
 )
 from memory.retrieval.embeddings import embed_one, embed_words, vocabulary_words
@@ -71,17 +74,13 @@ from tenants.replica import fetch_all
 # 0.002 as well: what is missed ranks low in every signal) at 1.0 ms less per search (p95 1.3).
 SEMANTIC_CANDIDATES = 30
 KEYWORD_CANDIDATES = 30
-ENTITY_CANDIDATES = 30
 WINDOW_CANDIDATES = 30
-# Bounds for very large scopes (bench/scale.py: a 31k-memory user): the window and entity
-# candidates are ranked among the newest WINDOW_ROWS memories of the window and ENTITY_LINKS links
-# of the query's names, not among all of them (a frequent name linked thousands of memories, each
-# read for its exact distance). Scopes below the bounds rank exactly as without them. The same
-# bound on the keyword matches (ranked newest first) sent the planner down the project's
-# created_at index under a metadata filter: 2.3 s instead of 94 ms, so keyword matches are not
-# bounded.
+# A bound for very large scopes (bench/scale.py: a 31k-memory user): the window candidates are
+# ranked among the newest WINDOW_ROWS memories of the window, not among all of them. Scopes below
+# the bound rank exactly as without it. The same bound on the keyword matches (ranked newest
+# first) sent the planner down the project's created_at index under a metadata filter: 2.3 s
+# instead of 94 ms, so keyword matches are not bounded.
 WINDOW_ROWS = 2000
-ENTITY_LINKS = 1000
 # Entity names matched by meaning: at most this many, the closest to a query word first.
 SIMILAR_NAMES = 20
 # Query words' vectors kept per process (their text form, about 3.5 kB each): the local model's
@@ -219,29 +218,20 @@ def hybrid_search(
     vector_literal = _literal(vector)
     weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
     names = query_names(query) if weight > 0 else []
-    # The scope ids the filters pin: the entity links and names are narrowed to them.
-    pinned = _pinned_scope(queryset) if names else {}
-    similar = _similar_names(pinned, query, names) if names else None
+    # The scope ids the filters pin: the names matched by meaning are the pinned scope's.
+    similar = _similar_names(_pinned_scope(queryset), query, names) if names else None
     window = time_window(query, reference or timezone.now())
     try:
         candidates, candidate_params = _candidate_queries(
-            queryset,
-            query,
-            vector_literal,
-            exact=exact,
-            top_k=top_k,
-            names=names,
-            pinned=pinned,
-            similar=similar is not None,
-            window=window,
+            queryset, vector_literal, exact=exact, top_k=top_k, window=window
         )
     except EmptyResultSet:
         return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
     # The subqueries are Django's compiled SQL; every value is a parameter. The keyword CTEs
     # score the scope's matches once; the candidates and the keyword column read them. The
     # entity column is probed on the unique (memory, entity_name) index, once per candidate. The
-    # names matched by meaning are found once, in a CTE the entity candidates and column read
-    # (its vectors are sent once: a dozen words' are 40 kB of text).
+    # names matched by meaning are found once, in a CTE the entity column reads (its vectors are
+    # sent once: a dozen words' are 40 kB of text).
     ctes, cte_params = _keyword_ctes(queryset, query)
     if similar is not None:
         similar_sql, similar_params = similar.query.sql_with_params()
@@ -302,14 +292,10 @@ def hybrid_search(
 
 def _candidate_queries(
     queryset: MemoryQuerySet,
-    query: str,
     vector_literal: str,
     *,
     exact: bool,
     top_k: int,
-    names: list[str],
-    pinned: dict[str, str] | None = None,
-    similar: bool = False,
     window: Window | None = None,
 ) -> tuple[list[str], tuple[Any, ...]]:
     """The candidate subqueries, compiled: their SQL and, in the same order, their parameters."""
@@ -346,30 +332,7 @@ def _candidate_queries(
         )
         subqueries.append(window_sql)
         params = (*params, *window_params)
-    if not names:
-        return subqueries, params
-    # The scope's memories linked to one of the names, closest first; exact distance, since
-    # the linked rows are few and HNSW would have to filter its walk down to them.
-    # The scope ids the queryset pins are repeated on the links (they carry their memory's), so
-    # the (project, entity_name, user_id) index finds this scope's links only.
-    named = Q(entity_name__in=names)
-    if similar:  # the names of the statement's CTE (hybrid_search)
-        # RawSQL: fixed SQL text (the link's own column; Django aliases the table).
-        in_similar = RawSQL(IN_SIMILAR.format(column="entity_name"), [], BooleanField())  # noqa: S611
-        named |= Q(in_similar)
-    linked = (
-        MemoryEntity.objects.filter(named, **(pinned or {}))
-        .order_by("-created_at")
-        .values("memory_id")[:ENTITY_LINKS]
-    )
-    entity_sql, entity_params = (
-        queryset.filter(id__in=linked)
-        .annotate(distance=RawSQL("(embedding <=> %s::vector) + 0", [vector_literal]))
-        .order_by("distance")
-        .values("id")[: max(top_k, ENTITY_CANDIDATES)]
-        .query.sql_with_params()
-    )
-    return [*subqueries, entity_sql], (*params, *entity_params)
+    return subqueries, params
 
 
 def _keyword_ctes(queryset: MemoryQuerySet, query: str) -> tuple[str, tuple[Any, ...]]:
@@ -440,7 +403,7 @@ def _literal(vector: Sequence[float]) -> str:
 
 def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, str]:
     """The scope ids the queryset requires to equal a value (`user_id = 'alice'` ANDed at the
-    top of its filter), for narrowing the entity links; {} when none is pinned."""
+    top of its filter), for narrowing the names matched by meaning; {} when none is pinned."""
     pinned: dict[str, str] = {}
 
     def walk(node: WhereNode) -> None:
