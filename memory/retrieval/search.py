@@ -114,9 +114,11 @@ LEXEME_QUERY = r"""('''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''
 # another word. On LoCoMo's 369-680-memory scopes applying it saved 0.9 ms per search and ranked
 # as well (recall@10 0.781 against 0.779, MRR 0.596 both); below FREQUENT_FROM, where scoring
 # every memory costs little, every word is matched. A query word no memory has counts in the
-# summed IDF: matching half of what a query says scores lower. Plain joins and GROUP BY, no
-# subquery per row. <sample> and <matches> are the caller's queryset compiled by Django (scope,
-# filters); every value is a parameter.
+# summed IDF: matching half of what a query says scores lower. Each word's document frequency
+# is counted in a CTE of its own (keyword_df): a subquery in FROM was pulled up into the three
+# expressions reading it, and counted three times (3 ms of a 9-word query on a 629-memory scope;
+# 0.5 ms p50 and 1.2 ms p95 less per LoCoMo search once counted once). <sample> and <matches>
+# are the caller's queryset compiled by Django (scope, filters); every value is a parameter.
 KEYWORD_SAMPLE = 2000
 FREQUENT_WORD = 0.25
 FREQUENT_FROM = 200
@@ -134,13 +136,13 @@ KEYWORD_CTES = f"""keyword_terms AS MATERIALIZED (
 ), keyword_sample AS MATERIALIZED (<sample>
 ), keyword_scope AS MATERIALIZED (
     SELECT count(*) AS n, avg(length(document))::float8 AS mean FROM keyword_sample
+), keyword_df AS MATERIALIZED (
+    SELECT t.q, (SELECT count(*) FROM keyword_sample s WHERE s.document @@ t.q) AS df
+    FROM keyword_terms t
 ), keyword_idf AS MATERIALIZED (
     SELECT d.q, ln(1 + (c.n - d.df + 0.5) / (d.df + 0.5))::float8 AS idf,
         c.n >= %s AND d.df > c.n * {FREQUENT_WORD} AS frequent
-    FROM (
-        SELECT t.q, (SELECT count(*) FROM keyword_sample s WHERE s.document @@ t.q) AS df
-        FROM keyword_terms t
-    ) d CROSS JOIN keyword_scope c
+    FROM keyword_df d CROSS JOIN keyword_scope c
 ), keyword_query AS MATERIALIZED (
     SELECT sum(idf) AS total, coalesce(
         string_agg(q::text, ' | ') FILTER (WHERE NOT frequent), string_agg(q::text, ' | ')
