@@ -279,7 +279,8 @@ class Copier:
         vectors = self.pool.vectors[picks] + noise.astype("float32")
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         if real:  # the rows the queries aim at: the real embedding of their own text
-            vectors[:real] = np.vstack([embed(texts[j : j + 256]) for j in range(0, real, 256)])
+            batches = [texts[j : min(j + 256, real)] for j in range(0, real, 256)]
+            vectors[:real] = np.vstack([embed(batch) for batch in batches])
             self.real_rows += real
         return vectors
 
