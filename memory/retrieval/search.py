@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -232,8 +233,8 @@ def hybrid_search(
     # The subqueries are Django's compiled SQL; every value is a parameter. The keyword CTEs
     # score the scope's matches once; the candidates and the keyword column read them. The
     # entity column is probed on the unique (memory, entity_name) index, once per candidate. The
-    # names matched by meaning are found once, in a CTE the entity column reads (its vectors are
-    # sent once: a dozen words' are 40 kB of text).
+    # names matched by meaning are found once, in a CTE the entity column reads (the query words'
+    # vectors are its parameter: a dozen words' are 40 kB of text).
     ctes, cte_params = _keyword_ctes(queryset, query)
     if similar is not None:
         similar_sql, similar_params = similar.query.sql_with_params()
@@ -356,20 +357,26 @@ def _keyword_ctes(queryset: MemoryQuerySet, query: str) -> tuple[str, tuple[Any,
 
 
 def _similar_names(
-    pinned: dict[str, str], query: str, names: list[str]
+    pinned: dict[str, Any], query: str, names: list[str]
 ) -> QuerySet[EntityVector, dict[str, Any]] | None:
-    """The names of the `pinned` scope close in meaning to a word of the query (a values
-    queryset of `entity_name`), or None: matching by meaning is off, the filters pin no scope id
-    (the project's every name would be compared), or the query has no word to match."""
+    """The names of the `pinned` project and scope (_pinned_scope) close in meaning to a word of
+    the query (a values queryset of `entity_name`), or None: matching by meaning is off, the
+    filters pin no project or no scope id (the project's every name would be compared), or the
+    query has no word to match. The project is filtered on here as every query is, not left to
+    row-level security alone."""
     similarity = settings.ENGRAM_SEARCH_ENTITY_SIMILARITY
-    words = vocabulary_words(query_words(query)) if similarity > 0 and pinned else []
+    scope = {name: value for name, value in pinned.items() if name in SCOPE_FIELDS}
+    project = pinned.get("project_id")
+    if similarity <= 0 or project is None or not scope:
+        return None
+    words = vocabulary_words(query_words(query))
     if not words:
         return None
     vectors = "{" + ",".join(f'"{v}"' for v in _word_vectors(words)) + "}"
     # RawSQL: fixed SQL text, the vectors go in as a parameter.
     closest = RawSQL("(SELECT min(embedding <=> p.v) FROM unnest(%s::vector[]) AS p(v))", [vectors])
     return (
-        EntityVector.objects.filter(**pinned)
+        EntityVector.objects.filter(project_id=project, **scope)
         .exclude(entity_name__in=names)
         .annotate(distance=closest)
         .filter(distance__lte=1 - similarity)
@@ -403,10 +410,11 @@ def _literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
 
 
-def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, str]:
-    """The scope ids the queryset requires to equal a value (`user_id = 'alice'` ANDed at the
-    top of its filter), for narrowing the names matched by meaning; {} when none is pinned."""
-    pinned: dict[str, str] = {}
+def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, Any]:
+    """The project and the scope ids the queryset requires to equal a value (`project_id = …`,
+    `user_id = 'alice'` ANDed at the top of its filter), for narrowing the names matched by
+    meaning: {"project_id": …, "user_id": "alice"}, without the keys of what is not pinned."""
+    pinned: dict[str, Any] = {}
 
     def walk(node: WhereNode) -> None:
         if node.connector != AND or node.negated:
@@ -415,13 +423,15 @@ def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, str]:
             if isinstance(child, WhereNode):
                 walk(child)
             elif (
-                isinstance(child, Exact)
+                isinstance(child, Exact)  # RelatedExact (the project) is one too
                 and isinstance(child.lhs, Col)
                 and child.lhs.target.model is Memory
-                and child.lhs.target.name in SCOPE_FIELDS
-                and isinstance(child.rhs, str)
             ):
-                pinned[child.lhs.target.name] = child.rhs
+                name = child.lhs.target.name
+                if name in SCOPE_FIELDS and isinstance(child.rhs, str):
+                    pinned[name] = child.rhs
+                elif name == "project" and isinstance(child.rhs, uuid.UUID):
+                    pinned["project_id"] = child.rhs
 
     walk(queryset.query.where)
     return pinned

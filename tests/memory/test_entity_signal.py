@@ -14,9 +14,10 @@ import dramatiq
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.db.models import Q
 from django.test import override_settings
 
-from memory import actions, graph
+from memory import actions, graph, queries
 from memory.extraction.tasks import link_entities
 from memory.graph import Scope
 from memory.models import EntityVector, Memory, MemoryEntity
@@ -251,6 +252,29 @@ class MatchingByMeaningTestCase(BaseTestCase):
         with project_context(self.project_id):
             MemoryEntity.objects.filter(user_id="alice").delete()
         assert set(self.search("Which cities did she see?").values()) == {0.0}
+
+    def test_the_names_query_filters_on_the_project_itself(self) -> None:
+        """The first wall: the names matched by meaning are the searched project's by the
+        query's own filter, not by row-level security alone. Built for this project and run in
+        another one's context (where RLS shows only that one's rows), it finds nothing, while
+        the other project's "alice" has the same name."""
+        other = self.charlie.key.project_id
+        (theirs,) = add_texts(self.charlie.key.project, ["We had pizza in Rome"], user_id="alice")
+        graph.link_mentions(other, [theirs.pk])
+        assert set(vectors(other)) == {("alice", "rome")}
+
+        def names(built_for: uuid.UUID, run_in: uuid.UUID) -> list[str]:
+            scoped = queries.matching(built_for, Q(user_id="alice"))
+            found = search._similar_names(search._pinned_scope(scoped), "Which cities?", [])
+            assert found is not None
+            with project_context(run_in):
+                return [row["entity_name"] for row in found]
+
+        assert names(self.project_id, self.project_id) == ["rome"]
+        assert names(other, other) == ["rome"]
+        assert names(self.project_id, other) == []
+        # No project pinned (a queryset of every project's memories): nothing is matched.
+        assert search._similar_names({"user_id": "alice"}, "Which cities?", []) is None
 
     def test_the_last_link_of_a_name_takes_its_vector_with_it(self) -> None:
         (again,) = add_texts(self.alice.key.project, ["Rome again in June"], user_id="alice")
