@@ -267,8 +267,11 @@ class MatchingByMeaningTestCase(BaseTestCase):
             scoped = queries.matching(built_for, Q(user_id="alice"))
             found = search._similar_names(search._pinned_scope(scoped), "Which cities?", [])
             assert found is not None
-            with project_context(run_in):
-                return [row["entity_name"] for row in found]
+            ctes, params = search._similar_ctes(*found)
+            with project_context(run_in), connection.cursor() as cursor:
+                statement = f"WITH {ctes} SELECT entity_name FROM {search.SIMILAR_CTE}"  # noqa: S608
+                cursor.execute(statement, params)
+                return [name for (name,) in cursor.fetchall()]
 
         assert names(self.project_id, self.project_id) == ["rome"]
         assert names(other, other) == ["rome"]
