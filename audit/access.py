@@ -10,7 +10,8 @@ requests that opened no tenant transaction).
 What a row stores is sanitised so that the insert cannot fail on the request's own content:
 NUL characters are dropped, lone surrogates become U+FFFD, and every string is cut to its
 column (scope values to SCOPE_VALUE_CHARS, at most SCOPE_VALUES per scope key; the client's
-identity headers, CLIENT_HEADERS, to CLIENT_HEADER_CHARS each, any other header ignored). A request
+identity headers, CLIENT_HEADERS, to CLIENT_HEADER_CHARS each, any other header ignored); an
+end-user dashboard token in the path is redacted, as in every log (config.redaction). A request
 without a project (no key, a bad or revoked one) keeps the route it matched instead of its
 path, and no scope: its row is operator telemetry and must not carry a tenant's user ids.
 """
@@ -32,6 +33,7 @@ from rest_framework.request import Request
 
 from audit.models import AccessLog
 from config.middleware import client_address, current_client_request_id, current_request_id
+from config.redaction import redact
 from tenants.authentication import KEY_ATTRIBUTE, PREFIX_ATTRIBUTE
 from tenants.models import KEY_PREFIX_LENGTH, ApiKey
 
@@ -44,8 +46,9 @@ class AccessRecord:
     scope: dict[str, Any] = field(default_factory=dict)
     result_count: int | None = None
     started: float = field(default_factory=time.perf_counter)
-    # The status of the row a view's tenant transaction wrote, if it wrote one. Should the
-    # response end otherwise (an error after the commit), the middleware adds a row for that.
+    # The status of the row a view's tenant transaction wrote, if it wrote one (the MCP view:
+    # the status of the response its row was written for). Should the response end otherwise
+    # (an error after the commit), the middleware adds a row for that.
     logged: int | None = None
     # What the row's action column says instead of the URL pattern's name, for an endpoint
     # that carries several operations (the MCP endpoint: its method or tool, memory.mcp).
@@ -157,7 +160,7 @@ def write_row(request: Request | HttpRequest, status: int) -> None:
         request_id=current_request_id(),
         client_request_id=current_client_request_id(),
         method=clean_text(request.method or "", 10),
-        path=clean_text(path, 500),
+        path=clean_text(redact(path), 500),  # a dashboard token sent as an API path
         action=clean_text(record.action or ((match.url_name or "") if match else ""), 100),
         scope=clean_scope(record.scope) if key else {},
         client=client_headers(request),

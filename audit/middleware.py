@@ -1,4 +1,4 @@
-"""One access-log row per API request, for the requests whose view did not write it.
+"""One access-log row per API (and MCP) request, for the requests whose view did not write it.
 
 This middleware only records; it owns no transaction. A view does its database work in one
 tenant transaction (memory.api.common.tenant) that writes the row before committing, so the
@@ -28,7 +28,9 @@ from tenants.db import project_context
 
 logger = logging.getLogger(__name__)
 
-API_PREFIXES = ("/v1/", "/v2/", "/v3/", "/api/v1/")
+API_PREFIXES = ("/v1/", "/v2/", "/v3/", "/api/v1/", "/mcp/")
+# The MCP endpoint's other spelling (memory/mcp/urls.py); its view writes the rows it can.
+API_PATHS = ("/mcp",)
 
 
 class AccessLogMiddleware:
@@ -36,7 +38,7 @@ class AccessLogMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not request.path.startswith(API_PREFIXES):
+        if not (request.path.startswith(API_PREFIXES) or request.path in API_PATHS):
             return self.get_response(request)
         record = access_record(request)
         record.started = time.perf_counter()

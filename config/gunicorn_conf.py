@@ -35,6 +35,9 @@ control_socket_disable = True
 # referrer or user agent; our request id joins a line to its access-log row in the database.
 accesslog = "-"
 access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms %({x-request-id}o)s'
+# Both of gunicorn's logs with end-user dashboard tokens (/me/<token>/) redacted, for every
+# request however it was answered (config.redaction).
+logger_class = "config.gunicorn_logging.RedactingLogger"
 
 
 def post_worker_init(worker: object) -> None:

@@ -90,6 +90,8 @@ MIDDLEWARE = [
     "config.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "audit.middleware.AccessLogMiddleware",
+    # Outside every middleware that refuses a request: one error shape for all of /mcp/.
+    "memory.mcp.http.McpRefusalMiddleware",
     # Inside the access log, so a refused body (413, 411) is logged too.
     "config.middleware.BodySizeLimitMiddleware",
     "config.inputs.SafeUrlMiddleware",
@@ -218,7 +220,8 @@ ENGRAM_MAX_QUERY_FILTER_CHARS = 8_000
 # Requests per API key ("N/second|minute|hour|day"; "off" disables), counted in each web
 # process (Django's local-memory cache): with W workers a key gets at most W times this.
 ENGRAM_API_RATE = env_str("ENGRAM_API_RATE", "1200/minute")
-# Failed admin logins per client address in 15 minutes before the login form answers 429.
+# Failed logins per client address in 15 minutes, on the admin's and the dashboard's login
+# forms together, before both answer 429 (config/logins.py).
 ENGRAM_ADMIN_LOGIN_ATTEMPTS = env_int("ENGRAM_ADMIN_LOGIN_ATTEMPTS", 10, minimum=1)
 
 REST_FRAMEWORK = {
@@ -375,7 +378,9 @@ LOGGING = {
     },
     "handlers": {
         "console": {
-            "class": "logging.StreamHandler",
+            # Every line with end-user dashboard tokens (/me/<token>/) redacted, in its message,
+            # extra fields (the request of an error) and traceback (config.redaction).
+            "class": "config.redaction.RedactingStreamHandler",
             "formatter": LOG_FORMAT,
             "filters": ["request_id"],
         }

@@ -8,7 +8,6 @@ every link it made), or when SECRET_KEY changes (every link at once, and every s
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,9 +22,6 @@ SALT = "engram.enduser-dashboard.v1"
 DEFAULT_SECONDS = 3600
 MIN_SECONDS = 60
 MAX_SECONDS = 7 * 24 * 3600
-# What the token in an end-user page's path (/me/<token>/, memory/web/urls.py) is logged as.
-REDACTED = "<redacted>"
-_TOKEN_IN_PATH = re.compile(r"(?<=/me/)[^/]+")
 
 
 class LinkError(Exception):
@@ -90,9 +86,3 @@ def _parse(data: Any) -> DashboardLink:
     except (KeyError, TypeError, ValueError, OverflowError):
         # Signed by us, so never expected: a payload of another version of this module.
         raise LinkError("This link is not valid.") from None
-
-
-def redact_path(path: str) -> str:
-    """`path` (of an end-user page, under any script prefix) with its token replaced, for
-    anything that logs paths."""
-    return _TOKEN_IN_PATH.sub(REDACTED, path, count=1)

@@ -10,6 +10,13 @@ run back in this thread (memory.mcp.tools). No other process, port or event-loop
 Each exchange leaves one access-log row: a tool call's is written in its tenant transaction
 (with its scope and result count); the others' (initialize, tools/list, refused keys, refused
 tool calls) here, once the response is known, with the tool's REST status when it refused.
+A request refused before this view (an oversized body, NUL in the URL) or failing inside it
+gets its row from the access-log middleware (audit.middleware), as a REST request does.
+
+Every HTTP refusal on /mcp/, whoever made it (the SDK, DRF, a middleware, the 500 handler), has
+one shape, McpRefusalMiddleware's: a JSON-RPC error, which MCP clients show to their user, with
+the API's `detail` beside it, `{"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+"message": "<detail>"}, "detail": "<detail>"}`.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 import anyio
 from asgiref.sync import async_to_sync
 from django.db import DatabaseError
-from django.http import HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
@@ -39,6 +46,10 @@ logger = logging.getLogger(__name__)
 Message = dict[str, Any]
 # Hop-by-hop and framing headers: the WSGI server sets its own.
 _NOT_COPIED = {"content-length", "connection", "transfer-encoding"}
+# JSON-RPC 2.0's codes for a refusal that carries none of its own (the SDK's keep theirs).
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+DETAIL_CHARS = 1000
 
 
 class _SdkNegotiates(BaseContentNegotiation):
@@ -68,8 +79,12 @@ class McpView(APIView):
     ) -> Response:
         # Every answer passes here: the SDK's, and DRF's refusals (401, 429) made before it.
         response = super().finalize_response(request, response, *args, **kwargs)
-        if access_record(request).logged is None:
+        record = access_record(request)
+        if record.logged is None:
             log_exchange(request, outcome(request, response) or response.status_code)
+        # This response has its row (a tool's carries the tool's REST status, not 200): the
+        # access-log middleware adds one only if the exchange ends otherwise.
+        record.logged = response.status_code
         return response
 
 
@@ -122,7 +137,7 @@ def json_rpc_method(body: bytes) -> str:
     tool's name. The SDK parses and validates the body; this only peeks."""
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the interpreter's stack
         return "invalid"
     if not isinstance(message, dict):
         return "invalid"
@@ -184,3 +199,57 @@ async def serve(scope: dict[str, Any], body: bytes) -> tuple[int, list[tuple[str
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])]
     content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], headers, content
+
+
+def is_mcp_path(path: str) -> bool:
+    return path == "/mcp" or path.startswith("/mcp/")
+
+
+class McpRefusalMiddleware:
+    """Give every HTTP refusal (4xx, 5xx) on /mcp/ the endpoint's one shape (module doc).
+
+    The SDK answers some with a JSON-RPC error and no `detail`, one (a POST that is not
+    application/json) with plain text; DRF, the middlewares and the error handlers answer
+    `{"detail"}`. Placed outside the middlewares that refuse requests, so it sees all of them.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        refused = response.status_code >= 400 and is_mcp_path(request.path_info)
+        if refused and isinstance(response, HttpResponse):  # not a streaming response
+            refusal_shape(response)
+        return response
+
+
+def refusal_shape(response: HttpResponse) -> None:
+    """Rewrite `response`'s body as a JSON-RPC error with `detail` (the module doc's shape)."""
+    try:
+        parsed = json.loads(response.content)
+    except (ValueError, RecursionError):
+        parsed = None
+    if isinstance(parsed, dict):
+        body: dict[str, Any] = parsed
+    else:  # the SDK's plain-text refusal
+        body = {"detail": response.content.decode("utf-8", "replace").strip()}
+    error = body.get("error")
+    if not isinstance(error, dict):
+        error = {}
+    detail = str(body.get("detail") or error.get("message") or response.reason_phrase)
+    detail = detail[:DETAIL_CHARS]
+    code = error.get("code")
+    if not isinstance(code, int):
+        code = INTERNAL_ERROR if response.status_code >= 500 else INVALID_REQUEST
+    request_id = body.get("id") if isinstance(body.get("id"), str | int) else None
+    shaped = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {**error, "code": code, "message": detail},
+        "detail": detail,
+    }
+    response.content = json.dumps({**shaped, **{k: v for k, v in body.items() if k not in shaped}})
+    response["Content-Type"] = "application/json"
+    if response.has_header("Content-Length"):  # set by CommonMiddleware, inside this one
+        response["Content-Length"] = str(len(response.content))

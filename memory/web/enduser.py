@@ -6,11 +6,12 @@ whose user_id is the link's, inside the link's project context (row-level securi
 user can list and search them, see where each came from, correct one (history actor
 "enduser:<id>"), delete one, download everything as JSON and request erasure of everything.
 
-The token is kept out of logs: the page rewrites the request's path (which gunicorn's access
-log and Django's request logging print) to /me/<redacted>/… before anything logs it, and runs
-the CSRF check itself after that (a refused form is logged with the rewritten path). The pages
-are never cached, and send the Referer to this server only: `no-referrer` would make browsers
-send `Origin: null` with the forms, which the CSRF check refuses.
+The token is kept out of logs: every log line is redacted as it is written (config.redaction),
+and the page also rewrites the request's path (which gunicorn's access log and Django's request
+logging print) to /me/<redacted>/… before anything logs it, and runs the CSRF check itself
+after that (a refused form is logged with the rewritten path). The pages are never cached, and
+send the Referer to this server only: `no-referrer` would make browsers send `Origin: null`
+with the forms, which the CSRF check refuses.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from config.exceptions import RefusedError
 from config.inputs import text_problem
+from config.redaction import redact_page_path
 from memory import actions, queries
 from memory.actions import Actor
 from memory.models import Memory, MemoryHistory
@@ -90,8 +92,8 @@ View = Callable[..., HttpResponse]
 
 def _hide_token(request: HttpRequest) -> None:
     # WSGIRequest.META is the server's environ: gunicorn logs its PATH_INFO after the response.
-    request.META["PATH_INFO"] = links.redact_path(str(request.META.get("PATH_INFO", "")))
-    request.path = links.redact_path(request.path)
+    request.META["PATH_INFO"] = redact_page_path(str(request.META.get("PATH_INFO", "")))
+    request.path = redact_page_path(request.path)
 
 
 def _secure(response: HttpResponse) -> HttpResponse:

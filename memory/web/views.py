@@ -8,10 +8,14 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.decorators import method_decorator
 
+from config.logins import limit_failed_logins
 from memory.web.common import member_projects
 
 
+# The admin's limit on failed logins, with the same count per client address.
+@method_decorator(limit_failed_logins, name="dispatch")
 class LoginView(auth_views.LoginView):
     template_name = "web/operator/login.html"
     redirect_authenticated_user = True

@@ -350,6 +350,24 @@ class AdminLoginLimitTestCase(HostileTestCase):
         other = self.client.post("/admin/login/", right, REMOTE_ADDR="127.0.0.2")
         assert other.status_code == 302
 
+    @override_settings(ENGRAM_ADMIN_LOGIN_ATTEMPTS=3)
+    def test_the_dashboard_login_shares_the_limit_and_its_count(self) -> None:
+        from django.contrib.auth.models import User
+
+        User.objects.create_superuser("root", "root@example.com", "correct horse battery")
+        wrong = {"username": "root", "password": "guess"}
+        paths = ["/dashboard/login/", "/admin/login/", "/dashboard/login/", "/dashboard/login/"]
+        statuses = [self.client.post(path, wrong).status_code for path in [*paths, "/admin/login/"]]
+        assert statuses == [200, 200, 200, 429, 429]
+        right = {"username": "root", "password": "correct horse battery"}
+        locked = self.client.post("/dashboard/login/", right)
+        assert locked.status_code == 429
+        assert "Too many failed logins" in locked.content.decode()
+        assert int(locked["Retry-After"]) > 0
+        assert "_auth_user_id" not in self.client.session
+        other = self.client.post("/dashboard/login/", right, REMOTE_ADDR="127.0.0.2")
+        assert other.status_code == 302
+
 
 class ErrorShapeTestCase(HostileTestCase):
     def test_every_400_lists_its_messages_by_field(self) -> None:

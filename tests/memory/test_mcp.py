@@ -6,6 +6,7 @@ Personas: acme/mcp's key (Alice's project) and globex/mcp's key (another project
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -345,3 +346,34 @@ def test_it_answers_other_methods_and_a_bad_fixed_scope_without_running_a_tool(
     clash = httpx2.post(f"{live_api}/mcp/?user_id=bob", json=listing,
                         headers={**headers, "X-Engram-User-Id": "alice"})  # fmt: skip
     assert clash.status_code == 400 and "differ" in clash.json()["detail"]
+
+
+def test_every_refusal_is_a_json_rpc_error_with_detail_and_leaves_a_row(
+    live_api: str, acme: NewApiKey
+) -> None:
+    key = {"Authorization": f"Token {acme.raw}"}
+    json_body = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    refusals = [
+        ("/mcp/", "[" * 4096, {**json_body, **key}),  # deeper than the parser's recursion limit
+        ("/mcp/", "{not json", {**json_body, **key}),
+        ("/mcp/", listing, {**json_body, **key, "Content-Type": "text/plain"}),
+        ("/mcp/", listing, {**json_body, **key, "Accept": "text/html"}),
+        ("/mcp/", listing, json_body),  # no key
+        ("/mcp/?user_id=%00", listing, {**json_body, **key}),  # refused before the view
+    ]
+    statuses = []
+    for path, body, headers in refusals:
+        response = httpx2.post(f"{live_api}{path}", content=body, headers=headers)
+        assert 400 <= response.status_code < 500, (path, headers, response.text[:300])
+        assert response.headers["content-type"] == "application/json", response.text[:300]
+        answer = response.json()
+        assert answer["detail"] and answer["error"]["message"] == answer["detail"], answer
+        assert answer["jsonrpc"] == "2.0" and isinstance(answer["error"]["code"], int)
+        statuses.append(response.status_code)
+    with project_context(None):  # the refusals without a (valid) key have no project
+        anonymous = list(AccessLog.objects.filter(project=None).values_list("status", flat=True))
+    assert sorted([*(r.status for r in rows(acme)), *anonymous]) == sorted(statuses)
