@@ -27,6 +27,15 @@ UNAVAILABLE_DETAIL = (
     "the request was not completed. Retry later."
 )
 UNAVAILABLE_RETRY_AFTER = "5"
+# A statement ran past statement_timeout (57014, also a cancel by an operator) or waited past
+# lock_timeout (55P03): the database cancelled it and rolled the transaction back
+# (config.deadlines sets both).
+DEADLINE_SQLSTATES = frozenset({"57014", "55P03"})
+DEADLINE_DETAIL = (
+    "The request took longer than the server allows (database deadline) and was cancelled; "
+    "nothing was changed. Retry later, or ask for less at once (a narrower filter, fewer items)."
+)
+DEADLINE_RETRY_AFTER = "2"
 
 
 class RefusedError(ValueError):
@@ -87,6 +96,14 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": "1"},
         )  # fmt: skip
+    if deadline_exceeded(exc):
+        set_rollback()
+        logger.warning("database deadline exceeded (SQLSTATE %s)", _sqlstate(exc))
+        return Response(
+            {"detail": DEADLINE_DETAIL},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": DEADLINE_RETRY_AFTER},
+        )
     if database_unavailable(exc):
         set_rollback()
         logger.warning("database unavailable (SQLSTATE %s)", _sqlstate(exc))
@@ -128,6 +145,12 @@ def database_unavailable(exc: BaseException) -> bool:
     return sqlstate is None or sqlstate.startswith("08") or sqlstate in UNAVAILABLE_SQLSTATES
 
 
+def deadline_exceeded(exc: BaseException) -> bool:
+    """Whether the database cancelled `exc`'s statement at a deadline (config.deadlines)."""
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    return isinstance(exc, OperationalError) and sqlstate in DEADLINE_SQLSTATES
+
+
 def json_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     return JsonResponse({"detail": "Not found."}, status=404)
 
@@ -135,7 +158,12 @@ def json_not_found(request: HttpRequest, exception: Exception | None = None) -> 
 def json_server_error(request: HttpRequest) -> HttpResponse:
     # Django calls this inside its `except` block: a database failure outside a DRF view (a
     # middleware, the dashboard's session) is still a 503 the client may retry, not a 500.
-    if database_unavailable(sys.exc_info()[1] or Exception()):
+    exc = sys.exc_info()[1] or Exception()
+    if deadline_exceeded(exc):
+        response = JsonResponse({"detail": DEADLINE_DETAIL}, status=503)
+        response["Retry-After"] = DEADLINE_RETRY_AFTER
+        return response
+    if database_unavailable(exc):
         response = JsonResponse({"detail": UNAVAILABLE_DETAIL}, status=503)
         response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
         return response

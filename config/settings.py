@@ -12,6 +12,7 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
+from config.deadlines import session_options
 from config.env import (
     env_bool,
     env_choice,
@@ -147,8 +148,31 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # instead of returning at most ef_search candidates before the scope filter. No JIT: a search
 # over a large scope has a plan cost above jit_above_cost, and compiling it cost 20-80 ms per
 # search at 1M memories for a statement that runs in tens of ms (bench/scale.py).
+DB_SESSION_OPTIONS = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100 -c jit=off"
+# Deadlines of the application's database sessions, in milliseconds (0: none), by the kind of
+# process (config.deadlines): statement_timeout and lock_timeout for web requests, and for
+# workers and management commands; idle_in_transaction_session_timeout for all. A request
+# cancelled by one answers 503 with Retry-After and changes nothing (config.exceptions); a job
+# is retried like any transient failure. `manage.py migrate` runs without a statement deadline.
+ENGRAM_DB_DEADLINES = {
+    "api": {
+        "statement_timeout": env_int("ENGRAM_API_STATEMENT_TIMEOUT_MS", 5_000, minimum=0),
+        "lock_timeout": env_int("ENGRAM_API_LOCK_TIMEOUT_MS", 2_000, minimum=0),
+    },
+    "background": {
+        "statement_timeout": env_int("ENGRAM_BACKGROUND_STATEMENT_TIMEOUT_MS", 300_000, minimum=0),
+        "lock_timeout": env_int("ENGRAM_BACKGROUND_LOCK_TIMEOUT_MS", 30_000, minimum=0),
+    },
+}
+ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
+    "ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000, minimum=0
+)
 DATABASES["default"]["OPTIONS"] = {
-    "options": "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100 -c jit=off",
+    "options": session_options(
+        DB_SESSION_OPTIONS,
+        ENGRAM_DB_DEADLINES["background"],
+        ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    ),
     # A database that does not answer (down host, full backlog) fails the request with a 503
     # after this many seconds (config.exceptions), instead of holding the worker.
     "connect_timeout": env_int("ENGRAM_DB_CONNECT_TIMEOUT", 5, minimum=1),
