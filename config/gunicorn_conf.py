@@ -27,6 +27,12 @@ worker_class = (
     else "config.gunicorn_workers.JsonErrorSyncWorker"
 )
 
+# A worker process is replaced after this many requests (plus up to a tenth more, at random,
+# so the workers are not all replaced at once): a backstop against memory a long-lived process
+# gathers. 0: never.
+max_requests = env_int("ENGRAM_WEB_MAX_REQUESTS", 10_000, minimum=0)
+max_requests_jitter = max_requests // 10
+
 # No runtime control socket (gunicornc can change the worker count or stop the server); engram
 # does not use it, and by default it would sit in $HOME, shared by every gunicorn of the user.
 control_socket_disable = True

@@ -385,6 +385,10 @@ ENGRAM_EVENT_LEASE_SECONDS = env_int(
     minimum=1,
 )
 
+# The extraction worker's processes are restarted after this many messages each (plus up to a
+# tenth more, at random): a backstop against memory a long-lived process gathers. 0: never.
+ENGRAM_WORKER_MAX_TASKS = env_int("ENGRAM_WORKER_MAX_TASKS", 2_000, minimum=0)
+
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
 LOG_FORMAT = env_choice("ENGRAM_LOG_FORMAT", "json", ("json", "text"))

@@ -1,0 +1,85 @@
+"""The extraction worker under load: fair between projects, and restarted after its limit.
+
+Against a real `dramatiq config.worker` process (offline extractor) on the test database.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from memory.models import MemoryEvent
+from tenants.db import project_context
+from tests.factory import auth, make_key
+from tests.memory.test_events import start_worker, stop, wait_for
+
+BACKLOG = 24
+
+
+def queue_add(client: Any, raw_key: str, text: str) -> str:
+    body = {"messages": [{"role": "user", "content": text}], "user_id": "alice"}
+    response = client.post("/v1/memories/", body, content_type="application/json",
+                           headers=auth(raw_key))  # fmt: skip
+    assert response.status_code == 200, response.content
+    return str(response.json()[0]["event_id"])
+
+
+def unfinished(project_id: Any) -> int:
+    with project_context(project_id):
+        return MemoryEvent.objects.exclude(status="SUCCEEDED").count()
+
+
+def test_one_projects_backlog_does_not_starve_another_project(
+    committed_db: None, client: Any
+) -> None:
+    """Project A queues a backlog, then project B one add: B's add is taken as soon as a
+    worker thread is free, while most of A's backlog still waits (first in, first out would
+    run it last)."""
+    busy, other = make_key("acme", "busy"), make_key("globex", "other")
+    for n in range(BACKLOG):
+        queue_add(client, busy.raw, f"I visited city number {n} this spring.")
+    queue_add(client, other.raw, "I play the cello.")
+    worker = start_worker()
+    try:
+        assert wait_for(lambda: unfinished(other.key.project_id) == 0), "B's add never ran"
+        waiting = unfinished(busy.key.project_id)
+        assert wait_for(lambda: unfinished(busy.key.project_id) == 0), "A's backlog stalled"
+    finally:
+        stop(worker)
+    # One worker thread holds two messages (dramatiq's prefetch): B's add runs after at most
+    # the first few of A's.
+    assert waiting >= BACKLOG - 4, f"only {waiting} of A's {BACKLOG} adds were still waiting"
+
+
+def children(pid: int) -> set[int]:
+    """The ids of the processes whose parent is `pid`."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def test_the_worker_is_restarted_after_its_limit_and_loses_nothing(
+    committed_db: None, client: Any
+) -> None:
+    key = make_key("acme", "recycled")
+    # The dramatiq command restarts by running itself again; started as `python -m dramatiq`,
+    # it runs `python` from PATH, which must be this interpreter.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    worker = start_worker(ENGRAM_WORKER_MAX_TASKS="2", PATH=path)
+    try:
+        assert wait_for(lambda: bool(children(worker.pid)))
+        first = children(worker.pid)
+        for n in range(5):
+            queue_add(client, key.raw, f"I have {n + 2} cousins in Lisbon.")
+        assert wait_for(lambda: unfinished(key.key.project_id) == 0), "an add was lost"
+        assert wait_for(lambda: bool(children(worker.pid)) and not children(worker.pid) & first)
+    finally:
+        stop(worker)
