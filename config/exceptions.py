@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -65,7 +66,7 @@ def _by_field(errors: dict[str, Any] | list[Any]) -> dict[str, Any]:
     return {key: [value] if isinstance(value, str) else value for key, value in errors.items()}
 
 
-def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:  # noqa: PLR0911 - one answer per kind of failure
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, RequestDataTooBig):
         set_rollback()
         limit = settings.ENGRAM_MAX_BODY_BYTES
@@ -85,32 +86,14 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             {"detail": "A value in the request cannot be stored (out of range or malformed)."},
             status=status.HTTP_400_BAD_REQUEST,
         )
-    if isinstance(exc, OperationalError) and _sqlstate(exc) in TRANSIENT_SQLSTATES:
-        # Two transactions waited on each other (e.g. graph edges locked in different orders)
-        # and PostgreSQL aborted this one: nothing of it was committed, a retry will succeed.
+    refusal = database_refusal(exc)
+    if refusal is not None:
         set_rollback()
-        logger.warning("transaction aborted by the database (SQLSTATE %s)", _sqlstate(exc))
+        logger.warning("%s (SQLSTATE %s)", refusal.log, _sqlstate(exc))
         return Response(
-            {"detail": "A concurrent change conflicted with this request; nothing was changed. "
-                       "Retry."},
+            {"detail": refusal.detail},
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": "1"},
-        )  # fmt: skip
-    if deadline_exceeded(exc):
-        set_rollback()
-        logger.warning("database deadline exceeded (SQLSTATE %s)", _sqlstate(exc))
-        return Response(
-            {"detail": DEADLINE_DETAIL},
-            status=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": DEADLINE_RETRY_AFTER},
-        )
-    if database_unavailable(exc):
-        set_rollback()
-        logger.warning("database unavailable (SQLSTATE %s)", _sqlstate(exc))
-        return Response(
-            {"detail": UNAVAILABLE_DETAIL},
-            status=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": UNAVAILABLE_RETRY_AFTER},
+            headers={"Retry-After": refusal.retry_after},
         )
     if isinstance(exc, ServiceUnavailableError):
         set_rollback()
@@ -145,6 +128,40 @@ def database_unavailable(exc: BaseException) -> bool:
     return sqlstate is None or sqlstate.startswith("08") or sqlstate in UNAVAILABLE_SQLSTATES
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why the database would not do a request's work now: a 503 the client may retry."""
+
+    log: str
+    detail: str
+    retry_after: str
+
+
+CONFLICT = Refusal(
+    "transaction aborted by the database",
+    "A concurrent change conflicted with this request; nothing was changed. Retry.",
+    "1",
+)
+DEADLINE = Refusal("database deadline exceeded", DEADLINE_DETAIL, DEADLINE_RETRY_AFTER)
+UNAVAILABLE = Refusal("database unavailable", UNAVAILABLE_DETAIL, UNAVAILABLE_RETRY_AFTER)
+
+
+def database_refusal(exc: BaseException) -> Refusal | None:
+    """The 503 for a database failure the client may retry, or None for any other failure.
+
+    A deadlock or serialization failure (two transactions waited on each other, e.g. graph
+    edges locked in different orders, and PostgreSQL aborted this one: nothing of it was
+    committed, a retry succeeds); a statement past a deadline; the database unreachable.
+    """
+    if isinstance(exc, OperationalError) and _sqlstate(exc) in TRANSIENT_SQLSTATES:
+        return CONFLICT
+    if deadline_exceeded(exc):
+        return DEADLINE
+    if database_unavailable(exc):
+        return UNAVAILABLE
+    return None
+
+
 def deadline_exceeded(exc: BaseException) -> bool:
     """Whether the database cancelled `exc`'s statement at a deadline (config.deadlines)."""
     sqlstate = getattr(exc.__cause__, "sqlstate", None)
@@ -158,14 +175,10 @@ def json_not_found(request: HttpRequest, exception: Exception | None = None) -> 
 def json_server_error(request: HttpRequest) -> HttpResponse:
     # Django calls this inside its `except` block: a database failure outside a DRF view (a
     # middleware, the dashboard's session) is still a 503 the client may retry, not a 500.
-    exc = sys.exc_info()[1] or Exception()
-    if deadline_exceeded(exc):
-        response = JsonResponse({"detail": DEADLINE_DETAIL}, status=503)
-        response["Retry-After"] = DEADLINE_RETRY_AFTER
-        return response
-    if database_unavailable(exc):
-        response = JsonResponse({"detail": UNAVAILABLE_DETAIL}, status=503)
-        response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
+    refusal = database_refusal(sys.exc_info()[1] or Exception())
+    if refusal is not None:
+        response = JsonResponse({"detail": refusal.detail}, status=503)
+        response["Retry-After"] = refusal.retry_after
         return response
     return JsonResponse({"detail": "Internal server error."}, status=500)
 

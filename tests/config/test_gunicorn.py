@@ -84,19 +84,26 @@ def server(
     """gunicorn on a free loopback port and the test database: the sync worker (no
     keep-alive), the default (one thread, keep-alive: the gthread worker), two threads."""
     threads, keepalive = request.param
-    db = connections["default"].settings_dict
-    url = f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "ENGRAM_WEB_WORKERS": "1",
+    settings = {
         "ENGRAM_WEB_THREADS": threads,
         "ENGRAM_WEB_KEEPALIVE": keepalive,
         "ENGRAM_MAX_BODY_BYTES": str(BODY_LIMIT),
         "ENGRAM_LOG_LEVEL": "WARNING",
     }
+    with gunicorn_server(log, **settings) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def gunicorn_server(log: Path, **settings: str) -> Iterator[int]:
+    """gunicorn with the project's config on a free loopback port and the test database, one
+    worker process, `settings` in its environment and its output in `log`; yields the port once
+    it answers."""
+    db = connections["default"].settings_dict
+    url = f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": url, "ENGRAM_WEB_WORKERS": "1", **settings}
     with log.open("w") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn_conf.py",

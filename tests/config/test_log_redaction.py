@@ -10,61 +10,27 @@ refuses (quoted in its warning), and under an API prefix (a database access-log 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.core import signing
-from django.db import connections
 
 from audit.models import AccessLog
 from config.redaction import redact
 from tenants import links
 from tenants.db import project_context
-from tests.config.test_gunicorn import ROOT, exchange, free_port, http_request
+from tests.config.test_gunicorn import exchange, gunicorn_server, http_request
 from tests.factory import make_key
 
 
 @pytest.fixture
 def gunicorn_log(committed_db: None, tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """gunicorn on a free port and the test database, its output (both logs) in a file."""
-    db = connections["default"].settings_dict
-    url = f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    port = free_port()
     log = tmp_path / "gunicorn.log"
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "ENGRAM_WEB_WORKERS": "1",
-        "ENGRAM_LOG_LEVEL": "INFO",
-        "ENGRAM_LOG_FORMAT": "json",
-    }
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn_conf.py",
-             "--bind", f"127.0.0.1:{port}"],
-            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError):
-                exchange(port, http_request("/v1/ping/"))
-                break
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+    with gunicorn_server(log, ENGRAM_LOG_LEVEL="INFO", ENGRAM_LOG_FORMAT="json") as port:
         yield port, log
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
 
 
 def wait_for(log: Path, needles: list[str]) -> str:
