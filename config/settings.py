@@ -305,8 +305,24 @@ ENGRAM_MAX_TEXT_CHARS = env_int(
     "ENGRAM_MAX_TEXT_CHARS", env_int("ENGRAM_MAX_MESSAGE_CHARS", 20_000, minimum=100), minimum=100
 )
 ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
+# The embedding work one request may ask for: the tokens of the texts it has embedded on the
+# request path (add with infer=false, PUT /v1/batch/, the MCP add), each text at most 256 (the
+# model's window); a hosted embedder's are estimated at 4 characters each. Above it the request
+# is refused (400) before anything is embedded. The default, 24 full-window texts, takes 2-3 s
+# of the local model on one core (bench/worst_case.py: 32 took 3-6 s on a busy machine, more
+# than the 5 s any accepted request may take); extraction (infer=true) embeds in the worker.
+ENGRAM_MAX_EMBED_TOKENS = env_int("ENGRAM_MAX_EMBED_TOKENS", 6_144, minimum=256)
 # An export copies at most this many memories; a filter matching more is refused (400).
 ENGRAM_MAX_EXPORT_MEMORIES = env_int("ENGRAM_MAX_EXPORT_MEMORIES", 10_000, minimum=1)
+# One filter's text matches (keywords, and `contains` on categories and metadata: LIKE inside
+# stored text), refused above these (400; memory.retrieval.filters): the characters of all
+# their operands together, and how many there are. A match can cost rows x text length x
+# operand length, and icontains upper-cases the whole text once per condition; search runs the
+# filter in three subqueries. Over 20 memories of 20,000 characters, 46 keyword operands of
+# 2 KB took 98-207 s to search (52-80 s to list); at these caps the worst accepted filter took
+# 0.22-0.31 s (0.12-0.29 s to list), against 15-30 ms without a text filter.
+ENGRAM_MAX_FILTER_OPERAND_CHARS = env_int("ENGRAM_MAX_FILTER_OPERAND_CHARS", 200, minimum=1)
+ENGRAM_MAX_FILTER_TEXT_CONDITIONS = env_int("ENGRAM_MAX_FILTER_TEXT_CONDITIONS", 10, minimum=1)
 # Multimodal content parts (memory.parts): the worker fetches a text document's URL (txt_url,
 # mdx_url) only from these hosts, "host" (on the scheme's default port) or "host:port", exactly;
 # none by default, so every document URL is refused (400). Images and PDFs go to Claude as URLs.
@@ -361,6 +377,9 @@ ENGRAM_DECIDE_SIMILARITY_FLOOR = env_float(
 # The scope's running summary (context for extraction) is refreshed once every this many
 # processed add requests, folding them in together (one model call instead of one per request).
 ENGRAM_SUMMARY_EVERY = env_int("ENGRAM_SUMMARY_EVERY", 3, minimum=1)
+# At most this many candidate facts from one add request go on to be embedded, compared and
+# stored; more (a model asked to extract from a long text) are dropped, and the event says so.
+ENGRAM_MAX_FACTS_PER_EVENT = env_int("ENGRAM_MAX_FACTS_PER_EVENT", 50, minimum=1)
 # At most this many memories deleted by the model's decisions in one add request.
 ENGRAM_MAX_DELETES_PER_EVENT = env_int("ENGRAM_MAX_DELETES_PER_EVENT", 3, minimum=0)
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.

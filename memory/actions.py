@@ -152,16 +152,21 @@ def check_mutable(memory: Memory, actor: Actor, change: str) -> None:
 
 
 def embed_texts(
-    texts: Iterable[str], given: Mapping[str, Vector] | None = None
+    texts: Iterable[str],
+    given: Mapping[str, Vector] | None = None,
+    *,
+    max_tokens: int | None = None,
 ) -> dict[str, Vector]:
     """Vectors for `texts`: the ones given, the rest embedded now (once per distinct text).
 
-    Entry points call it before opening their transaction and pass the result to the action.
+    Entry points call it before opening their transaction and pass the result to the action,
+    with their request's embedding budget (ENGRAM_MAX_EMBED_TOKENS): over it, nothing is
+    embedded and EmbeddingBudgetError (a RefusedError, 400 in the API) says so.
     """
     known = dict(given or {})
     missing = [t for t in dict.fromkeys(texts) if t not in known]
     if missing:
-        known.update(zip(missing, embed(missing), strict=True))
+        known.update(zip(missing, embed(missing, max_tokens), strict=True))
     return known
 
 

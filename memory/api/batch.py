@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
@@ -46,7 +47,10 @@ def batch(request: Request) -> Response:
     serializer = s.BatchSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     items = serializer.validated_data["memories"]
-    vectors = actions.embed_texts(i["text"] for i in items if i.get("text") is not None)
+    vectors = actions.embed_texts(
+        (i["text"] for i in items if i.get("text") is not None),
+        max_tokens=settings.ENGRAM_MAX_EMBED_TOKENS,
+    )
     with tenant(request):
         memories = _batch_memories(request, [item["memory_id"] for item in items])
         if request.method == "DELETE":

@@ -254,6 +254,8 @@ def run(claimed: Claim, extractor: Extractor) -> None:
         renew(claimed)
         facts, usage = extractor.extract(context)
         job.usage.add(usage)
+        facts, dropped = capped(facts)
+        notes += dropped
         facts, dropped = checked_categories(facts, context.categories)
         notes += dropped
         renew(claimed)
@@ -345,6 +347,17 @@ DEFAULT_CATEGORIES = (
     "health", "technology", "hobbies", "fashion", "entertainment", "milestones",
     "user_preferences", "misc",
 )  # fmt: skip
+
+
+def capped(facts: Sequence[Fact]) -> tuple[list[Fact], list[str]]:
+    """The first ENGRAM_MAX_FACTS_PER_EVENT facts (what one event may embed, compare and
+    store), with a note when more were extracted."""
+    limit: int = settings.ENGRAM_MAX_FACTS_PER_EVENT
+    if len(facts) <= limit:
+        return list(facts), []
+    return list(facts[:limit]), [
+        f"{len(facts)} candidate facts, above ENGRAM_MAX_FACTS_PER_EVENT: kept the first {limit}"
+    ]
 
 
 def checked_categories(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import DataError
 from django.db.models import Q
 from mcp.server.mcpserver import MCPServer
@@ -224,7 +225,10 @@ def add_memory(
             "get_event_status tells what was stored.",
             {**queued, "message": "Memory processing has been queued for background execution"},
         )
-    vectors = actions.embed_texts(m.content for m in data["messages"] if m.role != "system")
+    vectors = actions.embed_texts(
+        (m.content for m in data["messages"] if m.role != "system"),
+        max_tokens=settings.ENGRAM_MAX_EMBED_TOKENS,
+    )
     with tenant(request):
         outcome = actions.do_add_messages(
             project,

@@ -6,18 +6,19 @@ engram uses; another backend (a hosted embedding API) only has to implement `Emb
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from config.exceptions import ServiceUnavailableError
+from config.exceptions import RefusedError, ServiceUnavailableError
 
 PINS_FILE = Path(__file__).resolve().parent.parent / "model.sha256"
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
@@ -31,13 +32,47 @@ VOCABULARY_VECTORS = "words.npy"
 Vectors = npt.NDArray[np.float32]
 
 
+# A batch holds at most BATCH_SIZE texts and BATCH_POSITIONS token positions (texts x the
+# longest): the model's working memory grows with the positions (peak ~150 MB over start-up for
+# 8 full-window texts, ~770 MB for 32), and the time per text does not (measured, one thread).
+BATCH_POSITIONS = 2_048
+# A run over more positions than this gives the memory it took back to the system afterwards.
+# ONNX Runtime's CPU arena otherwise keeps its largest size for good (~1 GB after batches of
+# 64 full-window texts; 2.3 GB was seen in a web worker, against ~190 MB after start-up).
+# Below it (a query, a few sentences) the arena is kept and reused.
+SHRINK_AFTER_POSITIONS = 1_024
+# Texts are tokenized this many at a time, and only their first WINDOW_CHARACTERS
+# (OnnxMiniLM._tokenize).
+TOKENIZE_CHUNK = 16
+WINDOW_CHARACTERS = 16 * MAX_TOKENS
+# A hosted embedder's token count is estimated at this many characters per token.
+CHARACTERS_PER_TOKEN = 4
+
+
+class EmbeddingBudgetError(RefusedError):
+    """The texts to embed exceed the token budget the caller allowed (the API answers 400)."""
+
+    def __init__(self, tokens: int, budget: int) -> None:
+        super().__init__(
+            f"The texts to embed come to {tokens} tokens or more, above this server's limit of "
+            f"{budget} per request (ENGRAM_MAX_EMBED_TOKENS): send fewer or shorter texts "
+            "per request."
+        )
+
+
 class Embedder(Protocol):
     name: str
     dimensions: int
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        """Return one L2-normalised row per text."""
+    def embed(self, texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
+        """Return one L2-normalised row per text; raise EmbeddingBudgetError, before any work,
+        when the texts come to more than `max_tokens` tokens (None: no limit)."""
         ...
+
+
+def check_budget(tokens: int, max_tokens: int | None) -> None:
+    if max_tokens is not None and tokens > max_tokens:
+        raise EmbeddingBudgetError(tokens, max_tokens)
 
 
 def verify_model_files(model_dir: Path) -> None:
@@ -81,7 +116,7 @@ class OnnxMiniLM:
         )
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 - a token name
+        self.tokenizer.no_padding()  # each batch is padded to its longest text (_embed_batch)
         self.model_dir = model_dir
         self._vocabulary: tuple[dict[str, int], Vectors] | None = None
 
@@ -113,29 +148,89 @@ class OnnxMiniLM:
             out[missing] = self.embed([words[i] for i in missing])
         return out
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
+    def embed(self, texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
+        rows = self._tokenize(texts, max_tokens)
         # Batches of similar lengths pad less; results are put back in the caller's order.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        order = sorted(range(len(texts)), key=lambda i: len(rows[i]))
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        for start in range(0, len(order), BATCH_SIZE):
-            chunk = order[start : start + BATCH_SIZE]
-            out[chunk] = self._embed_batch([texts[i] for i in chunk])
+        for chunk in batches(order, [len(row) for row in rows]):
+            out[chunk] = self._embed_batch([rows[i] for i in chunk])
+        if sum(map(len, rows)) > SHRINK_AFTER_POSITIONS:
+            release_free_memory()
         return out
 
-    def _embed_batch(self, texts: list[str]) -> Vectors:
-        encodings = self.tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    def _tokenize(self, texts: Sequence[str], max_tokens: int | None) -> list[list[int]]:
+        """Each text's token ids (truncated to the window), counted against `max_tokens` as
+        they come: tokenizing runs at about 1 MB/s here, so a request over its budget is
+        refused after at most the budget's worth of text and one chunk, not all of it.
+
+        Only a text's first WINDOW_CHARACTERS are tokenized: 256 tokens of any natural text
+        end well before (4-6 characters a token), so the window is the same, and a 20,000-
+        character message costs a fifth of its tokenizing.
+        """
+        rows: list[list[int]] = []
+        for start in range(0, len(texts), TOKENIZE_CHUNK):
+            chunk = [t[:WINDOW_CHARACTERS] for t in texts[start : start + TOKENIZE_CHUNK]]
+            rows += [e.ids for e in self.tokenizer.encode_batch(chunk)]
+            check_budget(sum(map(len, rows)), max_tokens)
+        return rows
+
+    def _embed_batch(self, rows: Sequence[Sequence[int]]) -> Vectors:
+        width = max(len(row) for row in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)  # 0 is [PAD]
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for index, row in enumerate(rows):
+            ids[index, : len(row)] = row
+            mask[index, : len(row)] = 1
+        options = ort_run_options(shrink=ids.size > SHRINK_AFTER_POSITIONS)
         hidden = self.session.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            None,
+            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            options,
         )[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         normalised: Vectors = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
         return normalised
+
+
+def batches(order: list[int], lengths: list[int]) -> list[list[int]]:
+    """`order` (indexes by ascending length) cut into batches of at most BATCH_SIZE texts and
+    BATCH_POSITIONS positions (a batch is padded to its last, longest text)."""
+    found: list[list[int]] = [[]]
+    for index in order:
+        batch = found[-1]
+        if batch and (
+            len(batch) == BATCH_SIZE or (len(batch) + 1) * lengths[index] > BATCH_POSITIONS
+        ):
+            found.append(batch := [])
+        batch.append(index)
+    return found
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free memory back to the system (glibc's malloc_trim; elsewhere
+    nothing). After a large embedding run the arena is shrunk, but the tokenizer's and the
+    model's input and output buffers leave the heap large and mostly free: ~50 MB measured
+    after batches of 32 full-window texts, returned by this in a few milliseconds."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.malloc_trim(0)
+
+
+def ort_run_options(*, shrink: bool) -> Any:
+    """onnxruntime RunOptions; `shrink` returns the CPU arena's unused memory after the run."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    if shrink:
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
 
 
 class EmbeddingError(ServiceUnavailableError):
@@ -159,9 +254,10 @@ class OpenAICompatibleEmbedder:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30)
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
+    def embed(self, texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
+        check_budget(sum(-(-len(t) // CHARACTERS_PER_TOKEN) for t in texts), max_tokens)
         body = {"model": self.model, "input": list(texts), "dimensions": self.dimensions}
         try:
             response = self.http.post("/embeddings", json=body)
@@ -204,8 +300,8 @@ def get_embedder() -> Embedder:
     return _embedder
 
 
-def embed(texts: Sequence[str]) -> Vectors:
-    return get_embedder().embed(texts)
+def embed(texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
+    return get_embedder().embed(texts, max_tokens)
 
 
 def embed_words(words: Sequence[str]) -> Vectors:

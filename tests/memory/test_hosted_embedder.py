@@ -103,14 +103,14 @@ class RecordingEmbedder(OpenAICompatibleEmbedder):
 
     calls: list[tuple[int, bool, bool]]
 
-    def embed(self, texts: Any) -> Any:
+    def embed(self, texts: Any, max_tokens: int | None = None) -> Any:
         from django.db import connection
         from psycopg.pq import TransactionStatus
 
         raw = connection.connection
         in_transaction = raw is not None and raw.info.transaction_status != TransactionStatus.IDLE
         self.calls.append((len(texts), connection.in_atomic_block, in_transaction))
-        return super().embed(texts)
+        return super().embed(texts, max_tokens)
 
 
 def test_no_transaction_is_open_while_the_hosted_embedder_is_called(

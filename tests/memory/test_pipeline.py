@@ -408,6 +408,19 @@ class DecisionRulesTestCase(ExtractionTestCase):
         assert jazz.categories == []
         assert "category 'vibes' is not configured, dropped" in done.error
 
+    @override_settings(ENGRAM_MAX_FACTS_PER_EVENT=2)
+    def test_an_event_stores_at_most_its_facts_limit_and_says_so(self) -> None:
+        self.fake.script(facts("User likes tea", "User plays chess", "User owns a boat"))
+        done = self.run_event(self.event("I like tea, play chess and own a boat"))
+        assert done.status == "SUCCEEDED"
+        assert [m.text for m in self.memories(state="active")] == [
+            "User likes tea",
+            "User plays chess",
+        ]
+        assert "3 candidate facts, above ENGRAM_MAX_FACTS_PER_EVENT: kept the first 2" in (
+            done.error
+        )
+
 
 class PromptTestCase(ExtractionTestCase):
     def body(self) -> dict[str, Any]:

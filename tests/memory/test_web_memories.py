@@ -23,7 +23,7 @@ from tests.factory import add_texts, make_key, make_memory
 class DownEmbedder:
     """A hosted embedder whose service is down."""
 
-    def embed(self, texts: Any) -> Any:
+    def embed(self, texts: Any, max_tokens: int | None = None) -> Any:
         raise EmbeddingError("the embedding service failed (503)")
 
 
