@@ -22,7 +22,7 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -185,6 +185,22 @@ def hold_user(project_id: uuid.UUID, user_id: str | None, *, exclusive: bool = F
         )
 
 
+def hold_scope(project_id: uuid.UUID, scope: Mapping[str, str | None]) -> None:
+    """Take the lock of one exact scope until the caller's transaction ends: the writers that
+    store a text only if the scope has no active memory of it (raw adds, extraction applying
+    its decisions) hold it from their check to their commit, so each checks after the other
+    committed. Under READ COMMITTED each statement sees what was committed before it started,
+    so a check made after the lock is granted sees the other writer's memory; a check alone,
+    without the lock, runs while the other writer has not committed yet, and both store it.
+    Take it after hold_user (every holder takes them in that order)."""
+    key = [str(project_id), *(scope.get(f) for f in SCOPE_FIELDS)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [json.dumps(["engram.scope", *key])],
+        )
+
+
 def do_add_messages(
     project: Project,
     *,
@@ -211,6 +227,7 @@ def do_add_messages(
     moment = created_at or timezone.now()
     with project_context(project.pk):
         hold_user(project.pk, scope.get("user_id"))
+        hold_scope(project.pk, scope)
         existing = _existing_by_hash(project, scope, [content_hash(m.content) for _, m in turns])
         new: list[Memory] = []
         for index, (position, message) in enumerate(turns):
@@ -291,12 +308,12 @@ def _join_conversation(
             .only("id", "text", "conversation_id", "source_event_id")
         )
         before = (
-            stored.filter(created_at__lte=moment, created_at__gte=moment - gap)
+            stored.filter(created_at__lte=moment, created_at__gte=_shifted(moment, -gap))
             .order_by("-created_at", "-seq")
             .first()
         )
         after = (
-            stored.filter(created_at__gt=moment, created_at__lte=moment + gap)
+            stored.filter(created_at__gt=moment, created_at__lte=_shifted(moment, gap))
             .order_by("created_at", "seq")
             .first()
         )
@@ -313,6 +330,17 @@ def _join_conversation(
             Memory.objects.filter(pk=after.pk).update(context_before=new[-1].text)
     for memory in new:
         memory.conversation_id = conversation
+
+
+def _shifted(moment: datetime, delta: timedelta) -> datetime:
+    """moment + delta, held at the ends of years 1-9999: a message may be stored at the last
+    second a `timestamp` can name (9999-12-31T23:59:59Z), and the gap after it would overflow."""
+    try:
+        return moment + delta
+    except OverflowError:
+        if delta > timedelta(0):
+            return datetime.max.replace(tzinfo=UTC)
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _conversation_of(memory: Memory) -> uuid.UUID | None:

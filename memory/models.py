@@ -38,6 +38,21 @@ def metadata_error(value: object) -> str | None:
     return None
 
 
+def scope_id_error(value: object) -> str | None:
+    """Why `value` cannot be a scope id (user_id, agent_id, app_id, run_id), or None: a string
+    (an integer is read as its digits) of 1 to SCOPE_MAX_LENGTH characters, what the columns
+    hold. The one rule for every entry point (add, the filters of every endpoint, query strings
+    and paths), so an id no memory can have is refused the same way everywhere."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return "must be a string."
+    length = len(str(value))
+    if not length:
+        return "must not be empty."
+    if length > SCOPE_MAX_LENGTH:
+        return f"must have at most {SCOPE_MAX_LENGTH} characters (this one has {length})."
+    return None
+
+
 def content_hash(text: str) -> str:
     """SHA-256 of a memory's text: exact duplicates in a scope are found by this, by index."""
     return hashlib.sha256(text.encode()).hexdigest()

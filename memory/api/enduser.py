@@ -19,7 +19,7 @@ from audit.access import note_access
 from config.inputs import text_problem
 from memory.api import responses as r
 from memory.api.common import tenant
-from memory.models import SCOPE_MAX_LENGTH
+from memory.models import scope_id_error
 from tenants import links
 from tenants.authentication import request_key
 
@@ -61,11 +61,9 @@ class DashboardLinkRequestSerializer(serializers.Serializer[dict[str, Any]]):
 )
 @api_view(["POST"])
 def dashboard_link(request: Request, user_id: str) -> Response:
-    problem = text_problem(user_id)
-    if problem or not 0 < len(user_id) <= SCOPE_MAX_LENGTH:
-        raise serializers.ValidationError(
-            {"user_id": problem or f"must have 1 to {SCOPE_MAX_LENGTH} characters."}
-        )
+    problem = text_problem(user_id) or scope_id_error(user_id)
+    if problem:
+        raise serializers.ValidationError({"user_id": problem})
     serializer = DashboardLinkRequestSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     key = request_key(request)

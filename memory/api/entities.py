@@ -15,7 +15,7 @@ from audit.access import note_access
 from memory import actions, queries
 from memory.api import responses as r
 from memory.api.common import EntityPagination, _positive, actor, tenant
-from memory.models import SCOPE_MAX_LENGTH
+from memory.models import scope_id_error
 from memory.queries import ENTITY_TYPES
 
 
@@ -78,11 +78,8 @@ def delete_entity(request: Request, entity_type: str, name: str) -> Response:
         raise serializers.ValidationError(
             f"Unknown entity type {entity_type!r}; use one of {', '.join(ENTITY_TYPES)}."
         )
-    if len(name) > SCOPE_MAX_LENGTH:  # no memory can have such an id (found by fuzzing)
-        raise serializers.ValidationError(
-            f"A {entity_type} id has at most {SCOPE_MAX_LENGTH} characters; this one has "
-            f"{len(name)}."
-        )
+    if (problem := scope_id_error(name)) is not None:  # no memory can have such an id
+        raise serializers.ValidationError(f"A {entity_type} id {problem}")
     with tenant(request, status=202 if field == "user_id" else 200) as project:
         erasure = None
         if field == "user_id":

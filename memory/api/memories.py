@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import Q
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
@@ -56,7 +56,10 @@ def add(request: Request) -> Response:
     if data["infer"]:
         return queue_add(request, serializer, key)
     scope = serializer.scope()
-    vectors = actions.embed_texts(m.content for m in data["messages"] if m.role != "system")
+    vectors = actions.embed_texts(
+        (m.content for m in data["messages"] if m.role != "system"),
+        max_tokens=settings.ENGRAM_MAX_EMBED_TOKENS,
+    )
     with tenant(request):
         note_access(request, scope=scope)
         return answer_once(request, key, lambda: store_add(request, serializer, vectors))
@@ -210,18 +213,13 @@ def memories_v1(request: Request) -> Response:
 
 def delete_all(request: Request) -> Response:
     params = request.query_params
-    query = Q()
-    named = False
-    for field in SCOPE_FIELDS:
-        value = params.get(field)
-        if value:
-            named = True
-            query &= Q(**{f"{field}__isnull": False}) if value == "*" else Q(**{field: value})
-    if "filters" in params:
-        filters = s.parse_query_filters(params["filters"])
-        named = named or bool(filters)
-        query &= s.compiled(filters)
-    if not named:
+    # The ids the query string names, by the filters' rules (an empty one is refused, not
+    # ignored: `?user_id=&agent_id=bot` would delete every memory of the agent).
+    ids = {field: params[field] for field in SCOPE_FIELDS if field in params}
+    query = s.compiled_scope_ids(ids)
+    filters = s.parse_query_filters(params["filters"]) if "filters" in params else {}
+    query &= s.compiled(filters)
+    if not ids and not filters:
         raise serializers.ValidationError(
             "Name what to delete: user_id, agent_id, app_id, run_id or filters ('*' for any)."
         )

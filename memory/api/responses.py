@@ -14,7 +14,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, Polymorphic
 from rest_framework import serializers
 
 from memory.api.common import MAX_PAGE
-from memory.models import SCOPE_FIELDS, Feedback, Memory, MemoryEvent, MemoryHistory
+from memory.models import (
+    SCOPE_FIELDS,
+    SCOPE_MAX_LENGTH,
+    Feedback,
+    Memory,
+    MemoryEvent,
+    MemoryHistory,
+)
 from tenants.api import Closed, ErrorSerializer
 
 
@@ -377,8 +384,9 @@ def paging(max_page_size: int) -> list[OpenApiParameter]:
     ]
 
 
+SCOPE_ID = {"type": "string", "minLength": 1, "maxLength": SCOPE_MAX_LENGTH}
 SCOPE_PARAMETERS = [
-    OpenApiParameter(name, str, description='An id, or "*" for any.') for name in SCOPE_FIELDS
+    OpenApiParameter(name, SCOPE_ID, description='An id, or "*" for any.') for name in SCOPE_FIELDS
 ] + [OpenApiParameter("filters", str, description="A filter object: JSON or a Python dict.")]
 SHOW_EXPIRED = OpenApiParameter("show_expired", bool)
 READ_FLAGS = [

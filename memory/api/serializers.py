@@ -10,7 +10,7 @@ import functools
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -24,7 +24,13 @@ from rest_framework import serializers
 from config.inputs import UnsafeInputError, parse_json, parse_python_literal
 from memory.actions import Message
 from memory.graph import MAX_DEPTH, MAX_LIMIT
-from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, metadata_error
+from memory.models import (
+    SCOPE_FIELDS,
+    SCOPE_MAX_LENGTH,
+    Memory,
+    metadata_error,
+    scope_id_error,
+)
 from memory.parts import (
     IMAGE,
     MAX_PARTS,
@@ -43,6 +49,8 @@ ROLES = ("user", "assistant", "system", "tool")
 MEMORY_TYPES = ("procedural_memory",)
 # 9999-12-31T23:59:59Z: the last moment a Python datetime (and so the API) can represent.
 MAX_TIMESTAMP = 253_402_300_799
+# The largest UTC offset PostgreSQL takes in a timestamptz value (Python takes up to 23:59).
+MAX_UTC_OFFSET = timedelta(hours=15, minutes=59, seconds=59)
 
 
 def too_long(length: int, unit: str = "characters") -> serializers.ValidationError:
@@ -102,6 +110,18 @@ def compiled(filters: dict[str, Any]) -> Q:
         raise serializers.ValidationError({"filters": str(exc)}) from None
 
 
+def compiled_scope_ids(ids: dict[str, str]) -> Q:
+    """Scope ids of a query string (DELETE /v1/memories/?user_id=…), by the filters' rules:
+    each one named equal ("*": set to anything), the others not tested."""
+    for field, value in ids.items():
+        if (problem := scope_id_error(value)) is not None:
+            raise serializers.ValidationError({field: problem})
+    try:
+        return compile_filters(ids, exact_scope=False)
+    except FilterError as exc:
+        raise serializers.ValidationError(str(exc)) from None
+
+
 def parse_query_filters(raw: str) -> dict[str, Any]:
     """`filters` in a query string: JSON, or the Python dict repr the mem0ai client sends."""
     try:
@@ -119,6 +139,9 @@ def parse_query_filters(raw: str) -> dict[str, Any]:
 
 
 class ScopeIdField(serializers.CharField):
+    """A scope id, by the rule of every entry point (memory.models.scope_id_error); max_length
+    only documents it in the schema."""
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
             max_length=SCOPE_MAX_LENGTH,
@@ -131,7 +154,10 @@ class ScopeIdField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if isinstance(data, bool) or not isinstance(data, str | int):
             self.fail("invalid")
-        return super().to_internal_value(str(data))
+        value = super().to_internal_value(str(data))
+        if (problem := scope_id_error(value)) is not None:
+            raise serializers.ValidationError(problem)
+        return value
 
 
 class ScopeMixin(serializers.Serializer[dict[str, Any]]):
@@ -347,9 +373,15 @@ class AddSerializer(ScopeMixin):
         if not value:
             return None
         try:
-            return datetime.fromisoformat(value)
+            moment = datetime.fromisoformat(value)
         except ValueError:
             raise serializers.ValidationError("must be an ISO 8601 date and time.") from None
+        offset = moment.utcoffset()
+        if offset is not None and abs(offset) > MAX_UTC_OFFSET:
+            raise serializers.ValidationError(
+                "has a UTC offset beyond ±15:59:59, which PostgreSQL cannot store."
+            )
+        return moment
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
         if value is not None and not isinstance(value, dict):
@@ -380,6 +412,7 @@ class AddSerializer(ScopeMixin):
                 f"{wildcard[0]} '*' matches any value in filters; a memory needs a real id."
             )
         validate_parts(attrs["messages"], infer=attrs["infer"])
+        check_observation_time(attrs)
         return attrs
 
     def event_payload(self, project_instructions: str, project_categories: Any) -> dict[str, Any]:
@@ -414,20 +447,43 @@ class AddSerializer(ScopeMixin):
     def observed_at(self) -> str | None:
         """observation_datetime, or observation_date's midnight, as an aware ISO moment read
         in `timezone`; None without either."""
-        data = self.validated_data
-        zone = ZoneInfo(data.get("timezone") or "UTC")
-        moment: datetime | None = data.get("observation_datetime")
-        if moment is None and data.get("observation_date") is not None:
-            moment = datetime.combine(data["observation_date"], time())
-        if moment is None:
-            return None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=zone)
-        return moment.isoformat()
+        moment = observed_moment(self.validated_data)
+        return moment.isoformat() if moment is not None else None
 
     def created_at(self) -> datetime | None:
         ts = self.validated_data.get("timestamp")
         return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
+
+
+def observed_moment(data: dict[str, Any]) -> datetime | None:
+    """observation_datetime, or observation_date's midnight, aware: a time without an offset is
+    read in `timezone` (UTC by default); None without either."""
+    moment: datetime | None = data.get("observation_datetime")
+    if moment is None and data.get("observation_date") is not None:
+        moment = datetime.combine(data["observation_date"], time())
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=ZoneInfo(data.get("timezone") or "UTC"))
+    return moment
+
+
+def check_observation_time(data: dict[str, Any]) -> None:
+    """Refuse the moment extraction will read (the observation, else `timestamp`) if it leaves
+    years 1-9999 in UTC or in `timezone`, where the worker takes its local date: the worker
+    could not represent it (OverflowError), after the request was answered 200."""
+    field = next((f for f in ("observation_datetime", "observation_date") if data.get(f)), None)
+    moment = observed_moment(data)
+    if moment is None and data.get("timestamp") is not None:
+        field, moment = "timestamp", datetime.fromtimestamp(data["timestamp"], tz=UTC)
+    if moment is None or field is None:
+        return
+    zone = data.get("timezone") or "UTC"
+    try:
+        moment.astimezone(UTC)
+        moment.astimezone(ZoneInfo(zone))
+    except (OverflowError, ValueError):
+        raise serializers.ValidationError(
+            {field: f"is outside years 1-9999 in UTC or in the time zone {zone}."}
+        ) from None
 
 
 def validate_parts(messages: Sequence[Message], *, infer: bool) -> None:

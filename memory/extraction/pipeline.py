@@ -571,6 +571,9 @@ def apply(
         # Before reading the event: an erasure of the user in progress finishes first (and
         # deletes the event, so nothing is applied), or waits for this to commit and erases it.
         actions.hold_user(claimed.project_id, run.scope.get("user_id"))
+        # Another event of the scope applying at the same time finishes first: an ADD below
+        # then sees what it stored (_apply_one), and does not store the same text twice.
+        actions.hold_scope(claimed.project_id, run.scope)
         event = _held(claimed).select_for_update().first()
         if event is None:
             raise LostClaimError(f"event {claimed.event_id} is no longer held by this claim")
@@ -769,6 +772,11 @@ def _apply_one(  # noqa: PLR0911 - one return per outcome reads best
             )
         return {"id": str(memory.id), "memory": memory.text, "event": "UPDATE",
                 "previous_memory": target.text, "replaces": str(target.id)}, None  # fmt: skip
+    # prepare() found the exact duplicates stored before this event began; another event of
+    # the scope may have stored the same text since, and this one (under hold_scope) sees it.
+    same = scope_memories(event.project_id, scope).light().filter(hash=content_hash(new.text))
+    if (stored := same.first()) is not None:
+        return {"id": str(stored.id), "memory": stored.text, "event": "NONE"}, None
     memory = actions.do_create_memory(event.project_id, new, actor=actor)
     return {"id": str(memory.id), "memory": memory.text, "event": "ADD"}, None
 

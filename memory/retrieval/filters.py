@@ -9,6 +9,11 @@ Scope semantics (as Mem0's platform): when a filter names some scope fields (use
 app_id, run_id), the scope fields it does not name must be null, so {"user_id": "alice"} is
 alice's own memories, not those she shares with an agent or a run; name a field with "*" to
 accept any value of it. A filter that names no scope field adds no such condition.
+
+Every endpoint that filters compiles here, so a filter reads the same everywhere: an impossible
+condition (an empty `in` list, OR of nothing) matches nothing and NOT of it everything; a scope
+id is refused by the rule of every entry point (memory.models.scope_id_error); text matches are
+capped (ENGRAM_MAX_FILTER_OPERAND_CHARS, ENGRAM_MAX_FILTER_TEXT_CONDITIONS).
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime, time
 from typing import Any
 
+from django.conf import settings
 from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from memory.models import SCOPE_FIELDS
+from memory.models import SCOPE_FIELDS, scope_id_error
 
 LOGICAL = ("AND", "OR", "NOT")
 TIME_FIELDS = ("created_at", "updated_at", "expiration_date")
@@ -35,20 +41,37 @@ WILDCARD = "*"
 MAX_DEPTH = 10
 MAX_CONDITIONS = 100
 MAX_VALUES = 1000
+# The conditions that match a text operand inside stored text (LIKE): the field and its
+# operators; for metadata, the operators of each key. Their cost grows with the rows, the
+# length of the text and the length of the operand, so their operands together are capped
+# (ENGRAM_MAX_FILTER_OPERAND_CHARS, ENGRAM_MAX_FILTER_TEXT_CONDITIONS).
+TEXT_MATCHES = {
+    "keywords": ("eq", "contains", "icontains"),
+    "categories": ("contains",),
+    "metadata": ("contains",),
+}
 
 
 class FilterError(ValueError):
     """A filter the language does not allow; the message names the offending key."""
 
 
-def compile_filters(filters: dict[str, Any] | None) -> Q:
-    """Return the Q for `filters` plus the implicit null-scope conditions."""
+def compile_filters(filters: dict[str, Any] | None, *, exact_scope: bool = True) -> Q:
+    """Return the Q for `filters` plus, with `exact_scope`, the implicit null-scope conditions.
+
+    The one compiler of every endpoint that filters (search, lists, exports, deletes, the
+    graph). Without `exact_scope` the scope ids not named are not tested: a query string's
+    `DELETE /v1/memories/?user_id=alice` deletes all of Alice's memories, whatever the others.
+    """
     if not filters:
         return Q()
     if not isinstance(filters, dict):
         raise FilterError("filters must be a JSON object.")
     _check_size(filters)
+    _check_text_matches(filters)
     query = _compile(filters, depth=0)
+    if not exact_scope:
+        return query
     named = set(scope_fields_named(filters))
     unnamed = [Q(**{f"{field}__isnull": True}) for field in SCOPE_FIELDS if field not in named]
     return Q(query, *unnamed) if named and unnamed else query
@@ -75,6 +98,44 @@ def _check_size(filters: dict[str, Any]) -> None:
             raise FilterError(f"filters hold more than {MAX_CONDITIONS} conditions.")
         if values > MAX_VALUES:
             raise FilterError(f"filters hold more than {MAX_VALUES} values.")
+
+
+def _text_operands(field: str, value: Any) -> Iterable[str]:
+    """The string operands of the text-matching conditions (TEXT_MATCHES) of one field."""
+    operators = TEXT_MATCHES[field]
+    conditions = value.values() if field == "metadata" and isinstance(value, dict) else [value]
+    for condition in conditions:
+        pairs = condition.items() if isinstance(condition, dict) else [("eq", condition)]
+        yield from (v for op, v in pairs if op in operators and isinstance(v, str))
+
+
+def _check_text_matches(filters: dict[str, Any]) -> None:
+    """Refuse a filter whose text matches would cost too much (after _check_size)."""
+    chars = count = 0
+    pending: list[Any] = [filters]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in LOGICAL:
+                    pending.append(value)
+                elif key in TEXT_MATCHES:
+                    for operand in _text_operands(key, value):
+                        chars, count = chars + len(operand), count + 1
+    most_chars = settings.ENGRAM_MAX_FILTER_OPERAND_CHARS
+    if chars > most_chars:
+        raise FilterError(
+            f"filters match {chars} characters of text (keywords, contains); the limit is "
+            f"{most_chars} (ENGRAM_MAX_FILTER_OPERAND_CHARS)."
+        )
+    most = settings.ENGRAM_MAX_FILTER_TEXT_CONDITIONS
+    if count > most:
+        raise FilterError(
+            f"filters hold {count} text matches (keywords, contains); the limit is {most} "
+            "(ENGRAM_MAX_FILTER_TEXT_CONDITIONS)."
+        )
 
 
 def scope_fields_named(filters: Any) -> Iterable[str]:
@@ -121,7 +182,7 @@ def _compile(node: dict[str, Any], depth: int) -> Q:
             parts = [_compile(item, depth + 1) for item in value]
             if key == "OR":
                 # OR of nothing is false; AND of nothing is no condition.
-                conditions.append(Q(*parts, _connector=Q.OR) if parts else Q(pk__in=[]))
+                conditions.append(Q(*parts, _connector=Q.OR) if parts else _nothing())
             elif parts:
                 conditions.append(Q(*parts))
         elif key == "NOT":
@@ -139,6 +200,18 @@ def _compile(node: dict[str, Any], depth: int) -> Q:
     # An object with no conditions ({} or {"AND": []}) matches everything, so say so.
     conditions = [c for c in conditions if c]
     return Q(*conditions) if conditions else Q(pk__isnull=False)
+
+
+def _nothing() -> Q:
+    """The condition an impossible filter compiles to (an empty `in` list, OR of nothing): SQL
+    false, which every reader runs as it is. Not Django's `pk__in=[]`: compiling that raises
+    EmptyResultSet, which only the ORM's own evaluation of a queryset catches, and the readers
+    that place the compiled SQL in statements of their own (search, the graph) would fail."""
+    return Q(RawSQL("false", [], output_field=BooleanField()))
+
+
+def _in(lookup: str, values: list[Any]) -> Q:
+    return Q(**{lookup: values}) if values else _nothing()
 
 
 def _operators(field: str, value: Any, allowed: tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -164,8 +237,8 @@ def _as_list(field: str, op: str, value: Any) -> list[Any]:
 
 
 def _scope_value(field: str, value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise FilterError(f"{field} values must be strings.")
+    if (problem := scope_id_error(value)) is not None:
+        raise FilterError(f"{field} {problem}")
     return str(value)
 
 
@@ -180,7 +253,7 @@ def _compile_scope(field: str, value: Any) -> Q:
             parts.append(~Q(**{field: _scope_value(field, operand)}))
         else:
             values = [_scope_value(field, v) for v in _as_list(field, op, operand)]
-            parts.append(Q(**{f"{field}__in": values}))
+            parts.append(_in(f"{field}__in", values))
     return Q(*parts)
 
 
@@ -220,7 +293,7 @@ def _compile_time(field: str, value: Any) -> Q:
     for op, operand in _operators(field, value, ops):
         if op == "in":
             moments = [_time_operand(field, v) for v in _as_list(field, op, operand)]
-            parts.append(Q(**{f"{field}__in": moments}))
+            parts.append(_in(f"{field}__in", moments))
         elif op == "ne":
             parts.append(~Q(**{field: _time_operand(field, operand)}))
         else:
@@ -309,7 +382,7 @@ def _compile_memory_ids(field: str, value: Any) -> Q:
     if not isinstance(ids, list):
         raise FilterError('memory_ids takes a list of ids (or {"in": [...]}).')
     try:
-        return Q(id__in=[uuid.UUID(str(v)) for v in ids])
+        return _in("id__in", [uuid.UUID(str(v)) for v in ids])
     except ValueError:
         raise FilterError("memory_ids must be UUIDs.") from None
 

@@ -234,7 +234,9 @@ def hybrid_search(
             queryset, vector_literal, exact=exact, top_k=top_k, window=window
         )
     except EmptyResultSet:
-        return []  # the filters cannot match anything (an empty `in` list, OR of nothing)
+        # A caller's own ORM condition that cannot match (pk__in=[]); the filter compiler
+        # writes an impossible filter as SQL false instead, which runs like any condition.
+        return []
     # The subqueries are Django's compiled SQL; every value is a parameter. The keyword CTEs
     # score the scope's matches once; the candidates and the keyword column read them. The
     # entity column is probed on the unique (memory, entity_name) index, once per candidate. The

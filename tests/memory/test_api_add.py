@@ -1,7 +1,14 @@
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.django import TestCase as HypothesisTestCase
+
+from memory.extraction.llm import OfflineExtractor
+from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -201,9 +208,102 @@ class ObservationTimeTestCase(AddTestCase):
         for extra in (
             {"timezone": "Mars/Olympus_Mons"}, {"timezone": "../etc/passwd"},
             {"observation_datetime": "yesterday"}, {"observation_date": "2024-13-01"},
+            # Python takes offsets up to 23:59, PostgreSQL up to 15:59:59: the worker failed.
+            {"observation_datetime": "2024-05-13T08:30:00+16:00"},
         ):  # fmt: skip
             response = self.queued(**extra)
             assert response.status_code == 400, extra
             assert next(iter(extra)) in str(response.json()["detail"])
         with project_context(self.alice.key.project_id):
             assert not MemoryEvent.objects.exists()
+
+    def test_a_moment_outside_years_1_to_9999_is_refused_on_arrival(self) -> None:
+        """Once answered 200 PENDING, then failed in the worker (OverflowError): issue #24."""
+        for extra in (
+            {"observation_datetime": "0001-01-01T00:00:00+14:00"},  # year 0 in UTC
+            {"observation_datetime": "9999-12-31T23:00:00-12:00"},  # year 10000 in UTC
+            # The worker reads the local date in `timezone` too.
+            {"observation_datetime": "9999-12-31T23:00:00+00:00", "timezone": "Asia/Tokyo"},
+            {"observation_datetime": "0001-01-01T00:30:00", "timezone": "Asia/Tokyo"},
+            {"observation_date": "0001-01-01", "timezone": "Asia/Tokyo"},  # LMT +09:18:59
+            {"timestamp": 253402300799, "timezone": "Pacific/Kiritimati"},
+        ):
+            response = self.queued(**extra)
+            assert response.status_code == 400, (extra, response.content)
+            detail = response.json()["detail"]
+            assert detail.startswith(next(iter(extra))) and "1-9999" in detail, detail
+        with project_context(self.alice.key.project_id):
+            assert not MemoryEvent.objects.exists()
+
+    def test_messages_stored_at_the_last_second_a_timestamp_names_join_a_conversation(
+        self,
+    ) -> None:
+        """infer=false at 9999-12-31T23:59:59Z: the conversation window after it overflowed."""
+        for text in ("I like tea", "I like coffee"):
+            response = self.add({"messages": text, "user_id": "alice", "timestamp": 253402300799})
+            assert response.status_code == 200, response.content
+        first, second = self.stored()
+        assert (second.context_before, second.conversation_id) == (
+            "I like tea",
+            first.conversation_id,
+        )
+
+    def test_the_last_moments_inside_years_1_to_9999_are_extracted(self) -> None:
+        for extra in (
+            {"observation_datetime": "0001-01-01T00:00:00-01:00"},
+            {"observation_datetime": "9999-12-31T23:59:59+00:00"},
+            {"observation_datetime": "0001-01-01T12:00:00+10:00", "timezone": "Asia/Tokyo"},
+            {"observation_date": "9999-12-31", "timezone": "Pacific/Pago_Pago"},
+            {"observation_date": "0001-01-01", "timezone": "America/New_York"},
+            {"timestamp": 253402300799, "timezone": "Etc/GMT+12"},
+        ):
+            assert processed(self, self.queued(**extra)) == "SUCCEEDED", extra
+
+
+def processed(case: BaseTestCase, response: Any) -> str:
+    """Run the worker (offline extraction) on the request's event; its final status."""
+    assert response.status_code == 200, response.content
+    project = case.alice.key.project_id
+    process_event(response.json()["event_id"], project, OfflineExtractor())
+    with project_context(project):
+        return MemoryEvent.objects.get(pk=response.json()["event_id"]).status
+
+
+ZONES = ["UTC", "Pacific/Kiritimati", "Etc/GMT-14", "Etc/GMT+12", "Asia/Tokyo", "Pacific/Niue"]
+# Local times (no offset) of the first and last two days of the calendar.
+DAYS = st.dates(max_value=date(1, 1, 2)) | st.dates(min_value=date(9999, 12, 30))
+EDGES = st.builds(datetime.combine, DAYS, st.times())
+
+
+class ObservationEdgesTestCase(HypothesisTestCase, BaseTestCase):
+    """Any observation time near the ends of years 1-9999, in any offset and time zone: refused
+    on arrival, or extracted by the worker; never a 200 the worker then cannot process."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        moment=EDGES,
+        offset=st.none() | st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1),
+        zone=st.none() | st.sampled_from(ZONES),
+        kind=st.sampled_from(["observation_datetime", "observation_date", "timestamp"]),
+    )
+    def test_it_is_refused_or_extracted(
+        self, moment: datetime, offset: int | None, zone: str | None, kind: str
+    ) -> None:
+        body: dict[str, Any] = {"messages": "I ran a marathon", "user_id": "alice"}
+        if kind == "observation_date":
+            body[kind] = moment.date().isoformat()
+        elif kind == "timestamp":
+            seconds = int(moment.replace(tzinfo=UTC).timestamp())
+            body[kind] = min(max(seconds, 0), 253402300799)
+        elif offset is None:
+            body[kind] = moment.isoformat()
+        else:
+            sign, minutes = "+" if offset >= 0 else "-", abs(offset)
+            body[kind] = f"{moment.isoformat()}{sign}{minutes // 60:02}:{minutes % 60:02}"
+        if zone is not None:
+            body["timezone"] = zone
+        response = self.call("post", "/v3/memories/add/", body)
+        if response.status_code == 400:
+            assert response.json()["detail"].startswith(kind), response.json()
+        else:
+            assert processed(self, response) == "SUCCEEDED", body

@@ -225,6 +225,29 @@ class GraphApiTestCase(BaseTestCase):
         only = self.traverse({"entity": "alice", "filters": ids}).json()
         assert triples(only["relations"]) == {("alice", "likes", "python")}
 
+    def test_an_impossible_filter_matches_nothing_as_search_reads_it(self) -> None:
+        """Empty lists (issue #24): no relation, not a 500; NOT of one keeps them all."""
+        impossibles: list[dict[str, Any]] = [
+            {"memory_ids": []},
+            {"OR": []},
+            {"categories": {"in": []}},
+        ]
+        for impossible in impossibles:
+            filters = {"user_id": "alice", **impossible}
+            response = self.traverse({"entity": "alice", "depth": 3, "filters": filters})
+            assert response.status_code == 200, (filters, response.content)
+            assert response.json()["relations"] == [], filters
+            listed = self.listing("filters=" + quote(json.dumps(filters)))
+            assert listed.status_code == 200, (filters, listed.content)
+            assert listed.json()["count"] == 0, filters
+            body = {"query": "alice", "filters": filters, "enable_graph": True}
+            searched = self.call("post", "/v3/memories/search/", body)
+            assert searched.status_code == 200, (filters, searched.content)
+            assert searched.json() == {"results": [], "relations": []}, filters
+            negated = {"user_id": "alice", "NOT": impossible}
+            every = self.listing("filters=" + quote(json.dumps(negated))).json()
+            assert every["count"] == 4, negated
+
     def test_it_refuses_bad_input_and_changes_nothing(self) -> None:
         project = self.alice.key.project_id
         before = graph_state(project)

@@ -5,6 +5,7 @@ Every refused request answers 4xx with a JSON `detail` and writes nothing.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -17,6 +18,20 @@ from memory.models import Memory, MemoryEvent
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
+
+
+def filtering_requests(where: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """(method, path, body) of a request to each endpoint that filters, with `where`."""
+    json_where = quote(json.dumps(where))
+    return [
+        ("post", "/v3/memories/search/", {"query": "tea", "filters": where}),
+        ("post", "/v3/memories/", {"filters": where}),
+        ("post", "/v1/exports/", {"filters": where}),
+        ("post", "/v1/graph/traverse/", {"entity": "x", "filters": where}),
+        ("get", f"/v1/graph/?filters={json_where}", None),
+        ("get", f"/v1/memories/?filters={json_where}", None),
+        ("delete", f"/v1/memories/?filters={json_where}", None),
+    ]
 
 
 class HostileTestCase(BaseTestCase):
@@ -208,6 +223,36 @@ class UnstorableTextTestCase(HostileTestCase):
         assert detail.startswith("filters.user_id")
         assert self.rows() == before
 
+    def test_scope_ids_no_memory_can_have_are_a_400_at_every_entry_point(self) -> None:
+        """Over 255 characters, or empty: refused on add, and (issue #24) once accepted in the
+        filters of every endpoint and in DELETE /v1/memories/'s query string."""
+        before = self.rows()
+        long = "u" * 256
+        filters: list[dict[str, Any]] = [
+            {"user_id": long},
+            {"agent_id": {"in": ["bot", long]}},
+            {"OR": [{"user_id": "alice"}, {"run_id": {"ne": long}}]},
+            {"NOT": {"app_id": long}},
+            {"user_id": ""},
+        ]
+        for where in filters:
+            for method, path, body in filtering_requests(where):
+                response = self.call(method, path, body)
+                assert "filters" in self.refused(response), (where, path)
+        for query in (f"user_id={long}", "user_id=&agent_id=bot", f"run_id={long}&user_id=alice"):
+            response = self.client.delete(f"/v1/memories/?{query}", headers=auth(self.alice.raw))
+            assert "_id: must" in self.refused(response), query
+        for method, path in [
+            ("delete", f"/v2/entities/agent/{long}/"),
+            ("post", f"/v1/users/{long}/dashboard-link/"),
+        ]:
+            response = getattr(self.client, method)(path, headers=auth(self.alice.raw))
+            assert "at most 255 characters" in self.refused(response), path
+        assert self.rows() == before
+        # The longest id is an id like any other.
+        body = {"query": "tea", "filters": {"user_id": "u" * 255}}
+        assert self.call("post", "/v3/memories/search/", body).json()["results"] == []
+
     def test_infinite_numbers_in_json_are_a_400(self) -> None:
         body = '{"messages": "I like tea", "user_id": "alice", "metadata": {"n": 1e400}}'
         assert "finite" in self.refused(self.raw("post", "/v3/memories/add/", body))
@@ -240,6 +285,50 @@ class BoundedCostTestCase(HostileTestCase):
             response = self.call("post", "/v3/memories/search/", {"query": "t", "filters": filters})
             detail = self.refused(response)
             assert "filters hold more than" in detail, detail
+
+    @override_settings(ENGRAM_MAX_FILTER_OPERAND_CHARS=20, ENGRAM_MAX_FILTER_TEXT_CONDITIONS=3)
+    def test_text_matches_are_capped_in_characters_and_in_number_everywhere(self) -> None:
+        """46 keyword operands of 2 KB over 20 long memories once took 31-44 s (issue #24)."""
+        before = self.rows()
+        refused: list[tuple[dict[str, Any], str]] = [
+            ({"keywords": {"contains": "x" * 21}}, "20 (ENGRAM_MAX_FILTER_OPERAND_CHARS)"),
+            (
+                {"OR": [{"keywords": "green tea"}, {"NOT": {"keywords": {"icontains": "x" * 12}}}]},
+                "20 (ENGRAM_MAX_FILTER_OPERAND_CHARS)",
+            ),
+            (
+                {"metadata": {"k": {"contains": "x" * 15}}, "categories": {"contains": "y" * 6}},
+                "20 (ENGRAM_MAX_FILTER_OPERAND_CHARS)",
+            ),
+            (
+                {"AND": [{"keywords": {"icontains": c, "contains": c}} for c in "ab"]},
+                "3 (ENGRAM_MAX_FILTER_TEXT_CONDITIONS)",
+            ),
+        ]
+        for unscoped, limit in refused:
+            for method, path, body in filtering_requests({"user_id": "alice", **unscoped}):
+                detail = self.refused(self.call(method, path, body))
+                assert detail.endswith(f"the limit is {limit}."), (path, detail)
+        assert self.rows() == before
+        # At both limits, a filter reads as before.
+        texts: list[dict[str, Any]] = [
+            {"keywords": {"icontains": "GREEN TEA"}},
+            {"keywords": "cat"},
+            {"metadata": {"k": {"contains": "x" * 8}}},
+        ]
+        where = {"OR": texts}
+        found = self.call("post", "/v3/memories/", {"filters": {"user_id": "alice", **where}})
+        assert sorted(m["memory"] for m in found.json()["results"]) == [
+            "I love green tea",
+            "My cat is Tom",
+        ]
+
+    def test_the_hostile_keyword_filter_of_issue_24_is_refused(self) -> None:
+        operands = [f"{'a' * 2040}b{i:07d}" for i in range(46)]
+        where = {"user_id": "alice", "OR": [{"keywords": {"contains": o}} for o in operands]}
+        body = {"query": "x", "filters": where}
+        detail = self.refused(self.call("post", "/v3/memories/search/", body))
+        assert "ENGRAM_MAX_FILTER_OPERAND_CHARS" in detail
 
     def test_a_filter_within_the_limits_still_works(self) -> None:
         ids = [str(m.id) for m in self.memories]

@@ -13,6 +13,8 @@ import uuid
 from datetime import UTC, date, datetime
 from typing import Any
 
+from django.conf import settings as conf
+from django.test import override_settings
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
@@ -257,12 +259,47 @@ def size(node: Any) -> tuple[int, int]:
     return 0, 1
 
 
+def text_operands(key: str, value: Any) -> list[str]:
+    """The string operands of one field's text matches: keywords (any operator), and
+    `contains` on categories and on each metadata key."""
+    if key == "keywords":
+        return [v for _, v in pairs(value) if isinstance(v, str)]
+    conditions = [value] if key == "categories" else []
+    if key == "metadata" and isinstance(value, dict):
+        conditions = list(value.values())
+    return [v for c in conditions for op, v in pairs(c) if op == "contains" and isinstance(v, str)]
+
+
+def text_matches(node: Any) -> tuple[int, int]:
+    """(characters, conditions) of a filter's text matches, as the README counts them."""
+    chars = count = 0
+    items = node if isinstance(node, list) else [node]
+    for item in items:
+        for key, value in item.items() if isinstance(item, dict) else ():
+            if key in ("AND", "OR", "NOT"):
+                more_chars, more = text_matches(value)
+            else:
+                operands = text_operands(key, value)
+                more_chars, more = sum(map(len, operands)), len(operands)
+            chars, count = chars + more_chars, count + more
+    return chars, count
+
+
 def refusal(filters: Any) -> str:
     try:
         compile_filters(filters)
     except FilterError as error:
         return str(error)
     raise AssertionError(f"accepted {filters!r}")
+
+
+IMPOSSIBLE: list[dict[str, Any]] = [
+    {"memory_ids": []},
+    {"memory_ids": {"in": []}},
+    {"OR": []},
+    {"user_id": {"in": []}},
+    {"created_at": {"in": []}},
+]
 
 
 def nested(levels: int) -> dict[str, Any]:
@@ -316,10 +353,40 @@ class CompileFiltersTestCase(HypothesisTestCase, BaseTestCase):
     @example({"categories": {"in": ["FOOD", "Travel"]}, "NOT": {"categories": {"contains": "K_S"}}})
     def test_it_selects_what_the_reference_evaluator_selects(self, filters: dict[str, Any]):
         conditions, values = size(filters)
+        chars, texts = text_matches(filters)
         if conditions > MAX_CONDITIONS or values > MAX_VALUES:
             assert "filters hold more than" in refusal(filters)
+        elif chars > conf.ENGRAM_MAX_FILTER_OPERAND_CHARS:
+            assert "(ENGRAM_MAX_FILTER_OPERAND_CHARS)" in refusal(filters)
+        elif texts > conf.ENGRAM_MAX_FILTER_TEXT_CONDITIONS:
+            assert "(ENGRAM_MAX_FILTER_TEXT_CONDITIONS)" in refusal(filters)
         else:
             assert self.select(filters) == self.expected(filters)
+
+    @override_settings(ENGRAM_MAX_FILTER_OPERAND_CHARS=12, ENGRAM_MAX_FILTER_TEXT_CONDITIONS=4)
+    def test_it_caps_text_matches_in_characters_and_in_number(self):
+        at_limits = {
+            "OR": [{"keywords": {"contains": "tea", "icontains": "TEA"}}, {"keywords": "Paris"}],
+            "NOT": {"metadata": {"note": {"contains": "%"}, "topic": "food"}},
+        }
+        assert text_matches(at_limits) == (12, 4)
+        assert self.select(at_limits) == self.expected(at_limits)
+        one_more_char = {**at_limits, "categories": {"contains": "o"}}
+        assert refusal(one_more_char).endswith("is 12 (ENGRAM_MAX_FILTER_OPERAND_CHARS).")
+        one_more_match = {**at_limits, "categories": {"contains": ""}}
+        assert refusal(one_more_match).endswith("is 4 (ENGRAM_MAX_FILTER_TEXT_CONDITIONS).")
+
+    def test_an_impossible_filter_compiles_to_sql_every_reader_can_run(self):
+        """Not to EmptyResultSet, which only the ORM's own evaluation catches: readers that put
+        the compiled SQL in statements of their own (search, the graph) answered 500."""
+        for impossible in IMPOSSIBLE:
+            where = compile_filters(impossible)
+            with project_context(self.alice.key.project_id):
+                sql, _ = Memory.objects.filter(where).values("id").query.sql_with_params()
+                assert "false" in sql, impossible
+            assert self.select(impossible) == set(), impossible
+            negated = self.expected({"NOT": impossible})
+            assert negated and self.select({"NOT": impossible}) == negated, impossible
 
     def test_it_takes_filters_up_to_the_size_limits_and_no_larger(self):
         ors = [{"user_id": "alice"}] * (MAX_CONDITIONS - 1)

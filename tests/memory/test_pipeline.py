@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import re
+import threading
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from memory import graph
+from memory.actions import Message, do_add_messages
 from memory.extraction.llm import ClaudeExtractor, OfflineExtractor
 from memory.extraction.pipeline import process_event, refresh_summary
 from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from tenants.db import project_context
 from tests.base import BaseTestCase
-from tests.factory import add_texts
+from tests.factory import add_texts, make_key
 from tests.fake_anthropic import FakeClaude, Reply
 
 SCOPE = {"user_id": "alice", "agent_id": None, "app_id": None, "run_id": None}
@@ -502,3 +508,77 @@ class SummaryCadenceTestCase(ExtractionTestCase):
         # Both requests are folded in: the next refresh waits for two new ones.
         refresh_summary(second.id, self.project.pk, self.claude)
         assert len(self.fake.requests) == 3
+
+
+def _race(first: Callable[[], Any], second: Callable[[], Any]) -> None:
+    """Run `first` in a transaction of this thread and, while that is still open, `second` in
+    another thread on its own connection; commit once `second` has finished or waits for a lock
+    (so both read the scope before either committed, as two workers at the same moment)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            second()
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=run)
+    with transaction.atomic():
+        first()
+        other.start()
+        while other.is_alive() and not _a_transaction_waits():
+            other.join(0.01)
+    other.join()
+    assert errors == []
+
+
+def _a_transaction_waits() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE NOT l.granted AND d.datname = current_database()"
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _texts(project: uuid.UUID) -> list[str]:
+    with project_context(project):
+        return sorted(Memory.objects.active().values_list("text", flat=True))
+
+
+@pytest.mark.usefixtures("committed_db")
+def test_two_events_of_a_scope_applied_at_once_store_a_new_fact_once() -> None:
+    """Issue #24 (once in 1,199 adds under load): each event found no such memory before
+    applying; the second to apply must see the first's, and answer NONE with its id."""
+    project = make_key("acme", "race").key.project_id
+    payload = {"messages": [{"role": "user", "content": "I love hiking."}], "scope": SCOPE}
+    with project_context(project):
+        graph.ensure_graph(project)  # its first use would make the second event wait anyway
+        events = [
+            MemoryEvent.objects.create(project_id=project, payload=payload, **SCOPE)
+            for _ in range(2)
+        ]
+    first, second = (lambda e=e: process_event(e.id, project, OfflineExtractor()) for e in events)
+    _race(first, second)
+    assert _texts(project) == ["I love hiking."]
+    with project_context(project):
+        done = [MemoryEvent.objects.get(pk=e.pk) for e in events]
+    outcomes = [(e.status, [r["event"] for r in e.results]) for e in done]
+    assert outcomes == [("SUCCEEDED", ["ADD"]), ("SUCCEEDED", ["NONE"])]
+    assert done[1].results[0]["id"] == done[0].results[0]["id"]
+
+
+@pytest.mark.usefixtures("committed_db")
+def test_two_raw_adds_of_a_scope_at_once_store_a_message_once() -> None:
+    """infer=false: the same check and the same lock."""
+    key = make_key("acme", "race")
+
+    def add() -> None:
+        message = Message("user", "I love tea")
+        do_add_messages(key.key.project, messages=[message], scope=SCOPE, actor="test")
+
+    _race(add, add)
+    assert _texts(key.key.project_id) == ["I love tea"]
