@@ -366,18 +366,25 @@ def dump_as_owner(source: PrivateCluster, dump: Path) -> list[subprocess.Complet
     return attempts
 
 
+def started_cluster(stack: contextlib.ExitStack) -> PrivateCluster:
+    """A private cluster set up as scripts/pg.sh sets one up, running until `stack` closes
+    (its logs shown if the set-up fails)."""
+    cluster = PrivateCluster()
+    stack.callback(cluster.remove)
+    stack.push(show_logs(cluster.home))
+    cluster.initdb()
+    cluster.start()
+    cluster.bootstrap()
+    return cluster
+
+
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     secret_key = secrets.token_hex(32)
     dump = tmp_path_factory.mktemp("backup") / "engram.dump"
     with contextlib.ExitStack() as stack:
         # The source: migrated as the owner, two projects with a key each, served, extracted.
-        source = PrivateCluster()
-        stack.callback(source.remove)
-        stack.push(show_logs(source.home))
-        source.initdb()
-        source.start()
-        source.bootstrap()
+        source = started_cluster(stack)
         env = engram_env(source, secret_key)
         server = Server(env, source.home)  # it loads its model while the migrations run
         stack.callback(server.stop)
@@ -406,12 +413,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
         # database with the extensions), that empty database dropped, scripts/restore.sh,
         # then migrate as the owner, with the worker starting and a key minted for a project
         # new since the restore meanwhile.
-        target = PrivateCluster()
-        stack.callback(target.remove)
-        stack.push(show_logs(target.home))
-        target.initdb()
-        target.start()
-        target.bootstrap()
+        target = started_cluster(stack)
         target.sql(f"DROP DATABASE {DB}", dbname="postgres")
         env = engram_env(target, secret_key)
         server = Server(env, target.home)
