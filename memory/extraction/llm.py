@@ -26,7 +26,7 @@ import functools
 import json
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal, Protocol, TypeVar
@@ -988,6 +988,22 @@ def offline_triples(text: str, self_name: str) -> list[tuple[str, str, str]]:
     return found
 
 
+def only_states(text: str, relationships: Collection[str]) -> bool:
+    """Whether `text` is a first-person statement of some of `relationships` (offline_triples'
+    forms) and says nothing more: beyond those statements, one word at most ("I live in Porto
+    now.") and punctuation. A memory that does is the one to replace when they end."""
+    spans: list[tuple[int, int]] = []
+    for pattern, relationship in _RELATION_FORMS:
+        for match in pattern.finditer(text):
+            if relationship not in relationships:
+                return False
+            spans.append(match.span())
+    if not spans or _MY_NAMED.search(text):
+        return False
+    rest = "".join(c for i, c in enumerate(text) if not any(a <= i < b for a, b in spans))
+    return len(re.findall(r"\w+", rest)) <= 1
+
+
 class OfflineExtractor:
     """A deterministic stand-in when no Claude key is configured.
 
@@ -996,7 +1012,9 @@ class OfflineExtractor:
     leading greeting ("Hello, my name is Ann." keeps "My name is Ann."); drops questions,
     single words and short fillers ("I see", "me too");
     treats a statement as known (NONE) when an existing memory is at least 0.9 similar; and
-    otherwise ADDs. It never updates or deletes, resolves no dates and assigns no categories.
+    otherwise ADDs (the pipeline then makes an ADD that ends an exclusive relationship the
+    UPDATE of the memory stating only its old value: pipeline.superseding). It never deletes,
+    resolves no dates and assigns no categories.
     A procedural memory is the numbered transcript of the messages. It keeps no running summary.
     """
 

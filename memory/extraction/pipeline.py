@@ -43,6 +43,7 @@ from memory import actions, graph
 from memory.actions import Actor, GraphAssertion, NewMemory
 from memory.extraction.documents import read_documents
 from memory.extraction.llm import (
+    EXCLUSIVE,
     Context,
     Decision,
     EntityRef,
@@ -54,6 +55,7 @@ from memory.extraction.llm import (
     Triple,
     Turn,
     Usage,
+    only_states,
     requested_wait,
 )
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary, content_hash
@@ -140,7 +142,15 @@ class GraphPlan:
     entities: list[EntityRef] = field(default_factory=list)
     triples: list[Triple] = field(default_factory=list)  # `fact` indexes the event's facts
     contradicted: list[int] = field(default_factory=list)
+    # Fact index -> the exclusive relationships its triples ended, and the memories behind them.
+    ended: dict[int, Ended] = field(default_factory=dict)
     rejected: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Ended:
+    relationships: set[str] = field(default_factory=set)
+    memory_ids: set[str] = field(default_factory=set)
 
 
 def attempt(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> int | None:
@@ -282,6 +292,7 @@ def run(claimed: Claim, extractor: Extractor) -> None:
         return
     chosen, settled = settle(decided, facts, open_facts, asked)
     plan = plan_graph(job, facts, chosen, extractor)
+    chosen = superseding(claimed.project_id, scope, chosen, plan)
     renew(claimed)
     apply(job, prepared, chosen, notes + settled, plan=plan)
 
@@ -436,9 +447,73 @@ def plan_graph(
             plan.contradicted, plan.rejected = (
                 contradictions.edge_ids, plan.rejected + contradictions.rejected
             )  # fmt: skip
+            plan.ended = ended_by(plan.triples, [r for r in known if r.id in plan.contradicted])
     except ModelOutputError as exc:
         return GraphPlan("FAILED", rejected=[f"graph: {exc}"])
     return plan
+
+
+def ended_by(triples: Sequence[Triple], edges: Sequence[graph.Relation]) -> dict[int, Ended]:
+    """For each fact, the contradicted edges of an exclusive relationship (a home, employer,
+    job or spouse) its triples give another value to."""
+    found: dict[int, Ended] = {}
+    for edge in edges:
+        if edge.relationship not in EXCLUSIVE:
+            continue
+        source, destination = (
+            graph.normalise_name(edge.source),
+            graph.normalise_name(edge.destination),
+        )
+        for triple in triples:
+            if (triple.relationship, graph.normalise_name(triple.source)) == (
+                edge.relationship,
+                source,
+            ) and graph.normalise_name(triple.destination) != destination:
+                ended = found.setdefault(triple.fact, Ended())
+                ended.relationships.add(edge.relationship)
+                ended.memory_ids.update(edge.memory_ids)
+    return found
+
+
+def superseding(
+    project_id: uuid.UUID, scope: dict[str, Any], chosen: Sequence[Decision], plan: GraphPlan
+) -> list[Decision]:
+    """The decisions, an ADD that ends an exclusive relationship made the UPDATE of the memory
+    that stated only its old value, so that memory is superseded (history, `replaced_by`)
+    instead of staying current beside the new one.
+
+    The decide step finds what to replace by meaning, and the two statements of a move are not
+    near ("I live in Austin." and "I moved to Porto.": 0.27, under
+    ENGRAM_DECIDE_SIMILARITY_FLOOR), so without a model both stayed active; the graph's
+    contradiction step knows the old edge and the memories behind it. A memory that says more
+    than the ended relationship (llm.only_states) is left as it is; its edge still ends.
+    """
+    if not plan.ended:
+        return list(chosen)
+    ids = {m for ended in plan.ended.values() for m in ended.memory_ids}
+    with project_context(project_id):
+        newest_first = list(
+            scope_memories(project_id, scope).light().filter(pk__in=ids).order_by("-created_at")
+        )
+    taken = {d.memory_id for d in chosen if d.memory_id}
+    decisions = []
+    for decision in chosen:
+        ended = plan.ended.get(decision.fact) if decision.event == "ADD" else None
+        old = next((m for m in newest_first if _replaces(m, ended, taken)), None) if ended else None
+        if old is not None:
+            taken.add(old.pk)
+        decisions.append(
+            decision if old is None else Decision("UPDATE", decision.fact, old.pk, decision.text)
+        )
+    return decisions
+
+
+def _replaces(memory: Memory, ended: Ended, taken: set[uuid.UUID]) -> bool:
+    return (
+        str(memory.pk) in ended.memory_ids
+        and memory.pk not in taken
+        and only_states(memory.text, ended.relationships)
+    )
 
 
 def store_procedure(

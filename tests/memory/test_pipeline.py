@@ -218,6 +218,39 @@ class PipelineTestCase(ExtractionTestCase):
         assert [r["event"] for r in repeat.results] == ["NONE"]
         assert len(self.memories()) == 1
 
+    def test_without_a_model_a_new_home_or_employer_supersedes_the_old_one(self) -> None:
+        """The offline extractor's graph ends the old lives_in / works_at edge; the memory that
+        stated only it is superseded by the new one (history, replaced_by), as an UPDATE."""
+        self.run_event(self.event("I live in Austin. I work at Google."), OfflineExtractor())
+        moved = self.run_event(
+            self.event("I moved to Porto last month. I now work at Stripe."), OfflineExtractor()
+        )
+        by_text = {m.text: m for m in self.memories()}
+        austin, google = by_text["I live in Austin."], by_text["I work at Google."]
+        porto, stripe = by_text["I moved to Porto last month."], by_text["I now work at Stripe."]
+        assert (austin.state, austin.replaced_by_id) == ("superseded", porto.id)
+        assert (google.state, google.replaced_by_id) == ("superseded", stripe.id)
+        assert {m.text for m in self.memories(state="active")} == {porto.text, stripe.text}
+        assert sorted(r["event"] for r in moved.results) == ["UPDATE", "UPDATE"]
+        with project_context(self.project.pk):
+            history = MemoryHistory.objects.get(memory=austin, event="UPDATE")
+        assert (history.old_memory, history.new_memory) == (austin.text, porto.text)
+        # Search shows the current home only; latest_only=false shows the lineage too.
+        body = {"query": "Where does alice live?", "filters": {"user_id": "alice"}}
+        current = self.call("post", "/v3/memories/search/", body).json()["results"]
+        assert austin.text not in [r["memory"] for r in current]
+        assert porto.text in [r["memory"] for r in current]
+        lineage = self.call("post", "/v3/memories/search/", {**body, "latest_only": False})
+        assert austin.text in [r["memory"] for r in lineage.json()["results"]]
+
+    def test_without_a_model_a_memory_that_says_more_is_not_superseded(self) -> None:
+        self.run_event(self.event("I live in Austin and I love my dog Rex."), OfflineExtractor())
+        self.run_event(self.event("I moved to Porto."), OfflineExtractor())
+        assert {m.text for m in self.memories(state="active")} == {
+            "I live in Austin and I love my dog Rex.",
+            "I moved to Porto.",
+        }
+
     def procedural_event(self) -> MemoryEvent:
         messages = [
             {"role": "user", "content": "Book a table for two at Nopa tonight"},
