@@ -272,7 +272,8 @@ def run_case(http: httpx.Client, case: Case, repeat: int) -> None:
 
 def varied_text(chars: int, seed: int = 0) -> str:
     """`chars` characters of distinct first-person sentences (each a fact to extract)."""
-    sentences, n = [], seed * 100_000
+    sentences: list[str] = []
+    n = seed * 100_000
     while sum(map(len, sentences)) < chars:
         sentences.append(f"I visited town number {n} with my cousin number {n * 7 % 1000}. ")
         n += 1
