@@ -158,6 +158,7 @@ def test_the_web_server_runs_under_the_api_deadlines_and_others_under_the_backgr
         "ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": "42000",
     }
     assert _show("import config.wsgi", env) == "1234ms 567ms 42s"
+    assert _show("import config.asgi", env) == "1234ms 567ms 42s"
     assert _show("import django; django.setup()", env) == "89s 4500ms 42s"
     migrate = (
         "import django; django.setup()\nfrom config import deadlines; deadlines.use('migrate')"
