@@ -244,8 +244,8 @@ class Pool:
     def __init__(self, size: int, rng: random.Random) -> None:
         import numpy as np
 
-        from memory.graph.recognise import normalise, recognise
-        from memory.retrieval.embeddings import embed
+        from memory.text.embeddings import embed
+        from memory.text.recognise import normalise, recognise
 
         self.entries = make_pool(size, rng)
         self.texts = [pool_text(e) for e in self.entries]
@@ -273,7 +273,7 @@ class Copier:
     def vectors(self, picks: Any, texts: list[str], real: int) -> Any:
         import numpy as np
 
-        from memory.retrieval.embeddings import embed
+        from memory.text.embeddings import embed
 
         noise = self.np_rng.normal(scale=self.args.noise / 384**0.5, size=(len(picks), 384))
         vectors = self.pool.vectors[picks] + noise.astype("float32")
@@ -567,7 +567,7 @@ def measure(
     app_url: str,
     owner_url: str,
 ) -> None:
-    from memory.retrieval.embeddings import embed
+    from memory.text.embeddings import embed
 
     project_id = projects[0].pk
     sizes = plan_sizes[0]

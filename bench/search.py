@@ -46,7 +46,7 @@ def generate(project, memories: int, users: int, sample: int, rng: random.Random
     from django.utils import timezone
 
     from memory.models import Memory, content_hash
-    from memory.retrieval.embeddings import embed
+    from memory.text.embeddings import embed
     from tenants.db import project_context
 
     sizes = user_sizes(memories, users)
@@ -92,8 +92,8 @@ def generate(project, memories: int, users: int, sample: int, rng: random.Random
 
 
 def _flush(batch, real_every, offset, np_rng, embed, project_context, project) -> int:
-    from memory.graph.recognise import normalise, recognise
     from memory.models import Memory, MemoryEntity
+    from memory.text.recognise import normalise, recognise
 
     if not batch:
         return 0
@@ -124,8 +124,8 @@ def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> l
     from django.db import connection
 
     from memory.models import Memory
-    from memory.retrieval.embeddings import embed
     from memory.retrieval.search import STATEMENT_STARTS
+    from memory.text.embeddings import embed
     from tenants.db import project_context
 
     texts = [sentence(rng) for _ in range(queries)]
@@ -159,7 +159,7 @@ def explain_one(project, sizes: list[int]) -> str:
     from django.test.utils import CaptureQueriesContext
 
     from memory.models import Memory
-    from memory.retrieval.embeddings import embed_one
+    from memory.text.embeddings import embed_one
     from tenants.db import project_context
 
     with project_context(project.pk):

@@ -57,7 +57,7 @@ def post_worker_init(worker: object) -> None:
     """
     import gc
 
-    from memory.retrieval.embeddings import embed_one
+    from memory.text.embeddings import embed_one
 
     embed_one("warm up")  # the model loads on first use; load it before the first request
     gc.freeze()

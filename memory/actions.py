@@ -46,7 +46,7 @@ from memory.models import (
     content_hash,
     structured_attributes,
 )
-from memory.retrieval.embeddings import embed
+from memory.text.embeddings import embed
 from tenants.db import project_context
 from tenants.models import Project
 

@@ -34,7 +34,6 @@ from django.db.models.functions import Cast, Coalesce, TruncDate
 
 from audit.models import ErasureRequest
 from memory import graph
-from memory.graph.recognise import query_names
 from memory.models import (
     SCOPE_FIELDS,
     IdempotentRequest,
@@ -45,6 +44,7 @@ from memory.models import (
     MemoryQuerySet,
 )
 from memory.retrieval.filters import FilterError, compile_filters, scope_fields_named
+from memory.text.recognise import query_names
 from tenants.models import Project
 
 # Entity types of the Mem0 API and the scope field each one is.

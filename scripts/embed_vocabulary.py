@@ -26,7 +26,7 @@ from django.conf import settings
 
 settings.configure()  # nothing of the project's settings is needed, nor its secrets
 
-from memory.retrieval.embeddings import (  # noqa: E402 - after settings.configure()
+from memory.text.embeddings import (  # noqa: E402 - after settings.configure()
     VOCABULARY_VECTORS,
     VOCABULARY_WORDS,
     OnnxMiniLM,

@@ -30,7 +30,7 @@ from memory.api.common import (
 )
 from memory.api.idempotency import answer_once, idempotency_key
 from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
-from memory.retrieval.embeddings import embed
+from memory.text.embeddings import embed
 from tenants.authentication import request_key
 
 # The list flags GET /v1/memories/ takes from its query string (validated by ListSerializer).

@@ -18,8 +18,8 @@ from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import matching, tenant
 from memory.api.graph import search_relations as graph_relations
-from memory.retrieval.embeddings import embed_one
 from memory.retrieval.filters import scope_values
+from memory.text.embeddings import embed_one
 
 
 def search(request: Request, *, envelope: bool) -> Response:

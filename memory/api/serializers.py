@@ -43,7 +43,7 @@ from memory.parts import (
     refuse_fetch,
 )
 from memory.retrieval.filters import FilterError, compile_filters
-from memory.retrieval.temporal import LATEST_EPOCH, reference_moment
+from memory.text.temporal import LATEST_EPOCH, reference_moment
 
 ROLES = ("user", "assistant", "system", "tool")
 MEMORY_TYPES = ("procedural_memory",)

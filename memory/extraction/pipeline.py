@@ -61,7 +61,7 @@ from memory.extraction.llm import (
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent, ScopeSummary, content_hash
 from memory.parts import describe, parse_part
 from memory.queries import scope_lookup, scope_memories
-from memory.retrieval.embeddings import Vectors, embed
+from memory.text.embeddings import Vectors, embed
 from tenants.db import project_context
 
 logger = logging.getLogger(__name__)

@@ -3,12 +3,11 @@
 Owns: the AGE graph of each project (vertices `Entity`, edges `RELATES`), the Cypher that reads
 and writes it, and the relational memory <-> entity index (memory.models.MemoryEntity) kept
 consistent with it, the vector of each scope's entity name (memory.models.EntityVector, for
-search's matching by meaning), and the local entity recogniser (recognise.py). May import
-memory.models, memory.retrieval.embeddings (a leaf) and tenants only. Its users: memory.actions
-(extraction's writes through do_record_graph; relations retracted and reinstated with the
+search's matching by meaning). May import memory.models, memory.text and tenants only. Its
+users: memory.actions (extraction's writes through do_record_graph; relations retracted and reinstated with the
 memories behind them), memory.queries (the API's reads), memory.extraction (the contradiction
-check's read, the linking job) and memory.retrieval (the recogniser only: search reads
-MemoryEntity and EntityVector itself). GDPR erasure (engram_erase_user, audit
+check's read, the linking job); search reads MemoryEntity and EntityVector itself and
+never imports the graph. GDPR erasure (engram_erase_user, audit
 0010) is the one path that deletes graph rows.
 
 Reads by one exact scope (traverse, relations) serve the pipeline; the HTTP API reads across
@@ -103,7 +102,7 @@ __all__ = [
     "upsert_relation",
 ]
 
-# Entity linking by the local recogniser (memory.graph.recognise), run by the worker.
+# Entity linking by the local recogniser (memory.text.recognise), run by the worker.
 from memory.graph.store import MAX_KNOWN_NAMES, embed_entity_names, link_mentions
 
 __all__ += ["MAX_KNOWN_NAMES", "embed_entity_names", "link_mentions"]

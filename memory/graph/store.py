@@ -23,7 +23,8 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from memory.models import SCOPE_FIELDS, EntityVector, Memory, MemoryEntity
-from memory.retrieval.embeddings import embed_words
+from memory.text.embeddings import embed_words
+from memory.text.recognise import known_names, mentions_self, recognise, self_entity
 from tenants.db import project_context
 
 ENTITY_LABEL = "Entity"
@@ -795,7 +796,7 @@ LINK_CHUNK = 50
 
 def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> int:
     """Link each active memory of `memory_ids` to the entities the local recogniser finds in it
-    (memory.graph.recognise): its proper nouns, titles, acronyms, the scope's already known
+    (memory.text.recognise): its proper nouns, titles, acronyms, the scope's already known
     entity names, and for a user's first-person text the scope's self entity. Returns how many
     new links were made.
 
@@ -806,8 +807,6 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
     meanwhile is skipped. The known names are read from MemoryEntity, not AGE (one indexed query
     per scope).
     """
-    from memory.graph.recognise import known_names, mentions_self, recognise, self_entity
-
     ids = [str(uuid.UUID(str(m))) for m in memory_ids]
     with project_context(project):
         memories = list(

@@ -40,8 +40,8 @@ from memory.api import serializers as s
 from memory.api.common import MemoryPagination, actor, matching, tenant
 from memory.mcp.scope import ScopeRefusedError, fixed_filters, scope_ids, within
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent
-from memory.retrieval.embeddings import embed_one
 from memory.retrieval.filters import scope_values
+from memory.text.embeddings import embed_one
 from tenants.authentication import request_key
 
 INSTRUCTIONS = (

@@ -12,12 +12,12 @@ applies:
   query word's IDF from the scope (KEYWORD_CTES), find the matches once and score them; the
   candidates are the best of them, and every candidate's keyword column is its score there (0
   for a candidate that has no query word);
-- window (when the query names a time window: memory.retrieval.temporal): the scope's memories
+- window (when the query names a time window: memory.text.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
 
 Every candidate also gets an entity signal (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the names
 the query may mean that it is linked to (MemoryEntity). The names are what the local recogniser
-finds in the query (memory.graph.recognise.query_names) and every run of up to three of its
+finds in the query (memory.text.recognise.query_names) and every run of up to three of its
 words: the database matches them against the scope's own entity names (normalised) by the
 index, so an entity known in lower case ("python") counts as much as a capitalised name.
 
@@ -57,7 +57,6 @@ from django.db.models.lookups import Exact
 from django.db.models.sql.where import AND, WhereNode
 from django.utils import timezone
 
-from memory.graph.recognise import query_names, query_words
 from memory.models import (
     SCOPE_FIELDS,
     TEXT_SEARCH_CONFIG,
@@ -65,9 +64,10 @@ from memory.models import (
     Memory,
     MemoryQuerySet,
 )
-from memory.retrieval.embeddings import embed_one, embed_words, vocabulary_words
 from memory.retrieval.scoring import BM25_B, BM25_K1, TERM_WEIGHTS, Score, Signals, fuse
-from memory.retrieval.temporal import Window, time_window
+from memory.text.embeddings import embed_one, embed_words, vocabulary_words
+from memory.text.recognise import query_names, query_words
+from memory.text.temporal import Window, time_window
 from tenants.replica import fetch_all
 
 # Each signal's best this many (or top_k, if more) are candidates. On LoCoMo (bench/locomo.py)
@@ -215,7 +215,7 @@ def hybrid_search(
 
     A time window the query names ("last week", relative to `reference`, else now) adds the
     memories whose event time falls in it as candidates and demotes the others
-    (memory.retrieval.temporal, scoring.OUT_OF_WINDOW).
+    (memory.text.temporal, scoring.OUT_OF_WINDOW).
 
     `exact` ranks the scope's rows by exact distance instead of letting the planner walk the
     HNSW index. Measured at 100k memories (bench/search.py): for one user's scope (up to

@@ -42,7 +42,7 @@ from memory import actions, queries
 from memory.actions import Actor
 from memory.models import Memory, MemoryHistory
 from memory.parts import describe
-from memory.retrieval.embeddings import embed_one
+from memory.text.embeddings import embed_one
 from tenants import links
 from tenants.db import project_context
 from tenants.models import Project

@@ -27,7 +27,7 @@ from config.exceptions import RefusedError, ServiceUnavailableError
 from config.inputs import UnsafeInputError, check_json
 from memory import actions, queries
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
-from memory.retrieval.embeddings import embed_one
+from memory.text.embeddings import embed_one
 from memory.web.common import Dashboard, operator_page
 from tenants.db import project_context
 

@@ -28,8 +28,8 @@ from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
 from memory.models import Memory
-from memory.retrieval.embeddings import embed_one
 from memory.retrieval.search import OUTER_FROM
+from memory.text.embeddings import embed_one
 from tenants import replica as routing
 from tenants.actions import NewApiKey
 from tenants.db import project_context

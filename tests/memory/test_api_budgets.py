@@ -13,7 +13,7 @@ import pytest
 from django.test import override_settings
 
 from memory.models import Memory
-from memory.retrieval.embeddings import MAX_TOKENS, EmbeddingBudgetError, embed, get_embedder
+from memory.text.embeddings import MAX_TOKENS, EmbeddingBudgetError, embed, get_embedder
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory

@@ -16,7 +16,7 @@ import pytest
 from memory import actions
 from memory.actions import Actor, ImmutableMemoryError, NewMemory
 from memory.models import Memory, MemoryHistory
-from memory.retrieval.embeddings import embed
+from memory.text.embeddings import embed
 from tenants.db import project_context
 from tenants.models import Project
 from tests.base import BaseTestCase

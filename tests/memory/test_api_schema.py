@@ -39,7 +39,7 @@ from memory.api.serializers import AddSerializer, memory_data
 from memory.extraction.llm import OfflineExtractor
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory
-from memory.retrieval import embeddings
+from memory.text import embeddings
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth

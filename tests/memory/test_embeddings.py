@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.retrieval.embeddings import (
+from memory.text.embeddings import (
     VOCABULARY_VECTORS,
     VOCABULARY_WORDS,
     OnnxMiniLM,

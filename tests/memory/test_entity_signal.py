@@ -22,8 +22,8 @@ from memory.extraction.tasks import link_entities
 from memory.graph import Scope
 from memory.models import EntityVector, Memory, MemoryEntity
 from memory.retrieval import search
-from memory.retrieval.embeddings import embed, embed_words, get_embedder
 from memory.retrieval.scoring import SIMILAR_NAME_WEIGHT, Signals, entity_strengths, fuse
+from memory.text.embeddings import embed, embed_words, get_embedder
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth, make_key

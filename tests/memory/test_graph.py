@@ -364,7 +364,7 @@ class GraphTestCase(BaseTestCase):
             graph.link_memory(self.b, tea.pk, ["alice"])
 
 
-def test_the_graph_package_imports_only_models_embeddings_and_tenants() -> None:
+def test_the_graph_package_imports_only_models_text_and_tenants() -> None:
     root = Path(__file__).resolve().parents[2]
     engram = ("memory", "tenants", "audit", "config")
     for path in (root / "memory" / "graph").glob("*.py"):
@@ -372,9 +372,8 @@ def test_the_graph_package_imports_only_models_embeddings_and_tenants() -> None:
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 module = node.module
                 if module.split(".")[0] in engram:
-                    assert module in (
-                        "memory.models",
-                        "memory.retrieval.embeddings",  # a leaf: the entity names' vectors
-                    ) or module.startswith(("tenants", "memory.graph")), (path.name, module)
+                    assert module == "memory.models" or module.startswith(
+                        ("tenants", "memory.graph", "memory.text")
+                    ), (path.name, module)
     # Who may use the graph (actions, queries, extraction, retrieval, the API) is checked with
     # the other layers in tests/config/test_layers.py.

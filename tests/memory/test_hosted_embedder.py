@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory.retrieval.embeddings import EmbeddingError, OpenAICompatibleEmbedder
+from memory.text.embeddings import EmbeddingError, OpenAICompatibleEmbedder
 
 
 class FakeEmbeddings(BaseHTTPRequestHandler):
@@ -81,7 +81,7 @@ def test_it_answers_503_and_stores_nothing_when_the_service_fails(
     server: str, monkeypatch: pytest.MonkeyPatch, client: Any
 ) -> None:
     from memory.models import Memory
-    from memory.retrieval import embeddings
+    from memory.text import embeddings
     from tenants.db import project_context
     from tests.factory import auth, make_key
 
@@ -120,7 +120,7 @@ def test_no_transaction_is_open_while_the_hosted_embedder_is_called(
     from memory.extraction.llm import OfflineExtractor
     from memory.extraction.pipeline import process_event
     from memory.models import Memory, MemoryEvent
-    from memory.retrieval import embeddings
+    from memory.text import embeddings
     from tenants.db import project_context
     from tests.factory import auth, make_key
 

@@ -12,7 +12,7 @@ import pytest
 from audit.models import AccessLog
 from memory import actions
 from memory.models import Memory
-from memory.retrieval.embeddings import embed
+from memory.text.embeddings import embed
 from tenants.db import project_context
 from tests.factory import make_key
 

@@ -1,4 +1,4 @@
-"""The local entity recogniser (memory.graph.recognise): pure functions, no database."""
+"""The local entity recogniser (memory.text.recognise): pure functions, no database."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from memory.graph import normalise_name
-from memory.graph.recognise import (
+from memory.text.recognise import (
     MAX_ENTITIES,
     MAX_NAME,
     MAX_QUERY_WORDS,

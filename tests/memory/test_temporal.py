@@ -1,6 +1,6 @@
 """Time-aware search (issue #14): `reference_date` and the time window a query names.
 
-The parser is pure (memory.retrieval.temporal); through the API, a query about "last month"
+The parser is pure (memory.text.temporal); through the API, a query about "last month"
 relative to a given reference date ranks that month's memory first, and a window no memory falls
 in changes nothing."""
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from memory.retrieval.temporal import reference_moment, time_window
+from memory.text.temporal import reference_moment, time_window
 from tests.base import BaseTestCase
 from tests.factory import auth
 

@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from django.test import TestCase
 
 from memory.models import Memory, MemoryEvent, MemoryHistory
-from memory.retrieval import embeddings
-from memory.retrieval.embeddings import EmbeddingError
+from memory.text import embeddings
+from memory.text.embeddings import EmbeddingError
 from tenants.db import project_context
 from tenants.models import Membership, Organization, Project
 from tests.factory import add_texts, make_key, make_memory
