@@ -1,14 +1,13 @@
 """The graph: entities and their relations, one Apache AGE graph per project (issue #9).
 
-Owns: the AGE graph of each project (vertices `Entity`, edges `RELATES`), the Cypher that reads
-and writes it, and the relational memory <-> entity index (memory.models.MemoryEntity) kept
-consistent with it, the vector of each scope's entity name (memory.models.EntityVector, for
-search's matching by meaning). May import memory.models, memory.text and tenants only. Its
-users: memory.actions (extraction's writes through do_record_graph; relations retracted and
-reinstated with the memories behind them), memory.queries (the API's reads), memory.extraction (the contradiction
-check's read, the linking job); search reads MemoryEntity and EntityVector itself and
-never imports the graph. GDPR erasure (engram_erase_user, audit
-0010) is the one path that deletes graph rows.
+Owns: the AGE graph of each project (vertices `Entity`, edges `RELATES`), the Cypher that reads and
+writes it, and the relational memory <-> entity index (memory.models.MemoryEntity) kept consistent
+with it, the vector of each scope's entity name (memory.models.EntityVector, for search's matching
+by meaning). May import memory.models, memory.text and tenants only. Its users: memory.actions
+(extraction's writes through do_record_graph; relations retracted and reinstated with the memories
+behind them), memory.queries (the API's reads), memory.extraction (the contradiction check's read,
+the linking job); search reads MemoryEntity and EntityVector itself and never imports the graph.
+GDPR erasure (engram_erase_user, audit 0010) is the one path that deletes graph rows.
 
 Reads by one exact scope (traverse, relations) serve the pipeline; the HTTP API reads across
 scopes the way search filters (ScopeMatch: named ids equal, "*" any value, the others unset;
