@@ -157,7 +157,7 @@ def plans(project, scope, entity: str) -> None:
     from django.db import connection
 
     from memory import graph
-    from memory.graph import store
+    from memory.graph import statements
     from tenants.db import project_context
 
     with project_context(project):
@@ -168,19 +168,19 @@ def plans(project, scope, entity: str) -> None:
         assert isinstance(raw, psycopg.Connection)
         with psycopg.Cursor(raw) as cursor:
             lookup = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
-            lookup += store._ENTITY_BY_NAME.replace("{graph}", name)
+            lookup += statements._ENTITY_BY_NAME.replace("{graph}", name)
             cursor.execute(lookup, [json.dumps(root.name), json.dumps(scope.key)])
             print("\nplan of the entity lookup (SQL, name and scope; what every upsert reads):")
             print("\n".join(row[0] for row in cursor.fetchall()))
             touching = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
-            touching += store._ENTITIES_BY_NAMES.replace("{graph}", name)
+            touching += statements._ENTITIES_BY_NAMES.replace("{graph}", name)
             cursor.execute(touching, [[json.dumps(root.name), '"entity 1"'], json.dumps(scope.key)])
             print("\nplan of relations_touching's entity lookup (then a traversal step, below):")
             print("\n".join(row[0] for row in cursor.fetchall()))
         with connection.cursor() as cursor:
             cursor.execute(
                 "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
-                + store._NEIGHBOURS_SQL.replace("{graph}", name),
+                + statements._NEIGHBOURS_SQL.replace("{graph}", name),
                 {
                     "frontier": f"{{{root.id}}}",
                     "seen": "{}",

@@ -1,4 +1,4 @@
-"""The graph: entities and their relations, one Apache AGE graph per project (issue #9).
+"""The graph: entities and their relations, one Apache AGE graph per project.
 
 Owns: the AGE graph of each project (vertices `Entity`, edges `RELATES`), the Cypher that reads and
 writes it, and the relational memory <-> entity index (memory.models.MemoryEntity) kept consistent
@@ -49,87 +49,90 @@ Tenant isolation:
 Values reach Cypher only as parameters: AGE's third cypher() argument, an agtype map sent as a
 server-side bound parameter (psycopg binds it as $1; AGE refuses a literal there). The only
 text formatted into a query is the checked graph name and integers (traversal depth).
+
+Modules, each importing only those listed before it: values (names, scopes, entities,
+relations, what a read across scopes matches), statements (the text of every SQL and Cypher
+statement), age (the graph's name and creation, running statements, agtype rows as values),
+reads (one exact scope), writes (entities, relations, the memory <-> entity index and the
+entity names' vectors), mentions (linking by the local recogniser), filtered (reads across
+scopes) and retraction (relations following the memories behind them). This package is their
+public interface: callers import from memory.graph, not from its modules.
 """
 
-from memory.graph.store import (
-    ENTITY_LABEL,
-    MAX_DEPTH,
-    MAX_LIMIT,
-    RELATION_LABEL,
-    Entity,
-    Relation,
-    Scope,
-    Traversal,
-    ensure_graph,
-    find_entity,
-    graph_name,
-    invalidate_relations,
-    link_memory,
-    lock_entities,
-    memory_ids_for_entities,
-    normalise_name,
-    normalise_relationship,
-    relations,
-    relations_touching,
-    traverse,
-    upsert_entity,
-    upsert_relation,
-)
-
-__all__ = [
-    "ENTITY_LABEL",
-    "MAX_DEPTH",
-    "MAX_LIMIT",
-    "RELATION_LABEL",
-    "Entity",
-    "Relation",
-    "Scope",
-    "Traversal",
-    "ensure_graph",
-    "find_entity",
-    "graph_name",
-    "invalidate_relations",
-    "link_memory",
-    "lock_entities",
-    "memory_ids_for_entities",
-    "normalise_name",
-    "normalise_relationship",
-    "relations",
-    "relations_touching",
-    "traverse",
-    "upsert_entity",
-    "upsert_relation",
-]
-
-# Entity linking by the local recogniser (memory.text.recognise), run by the worker.
-from memory.graph.store import MAX_KNOWN_NAMES, embed_entity_names, link_mentions
-
-__all__ += ["MAX_KNOWN_NAMES", "embed_entity_names", "link_mentions"]
-
-# Reads across scopes, as search filters them (the HTTP API: memory.queries graph readers).
-from memory.graph.store import (  # noqa: E402
-    ANY_VALUE,
-    EdgeFilter,
-    ScopeMatch,
+from memory.graph.age import ENTITY_LABEL, RELATION_LABEL, ensure_graph, graph_name
+from memory.graph.filtered import (
     count_relations_in,
     relations_in,
     relations_of_memories,
     relations_touching_in,
     traverse_in,
 )
+from memory.graph.mentions import MAX_KNOWN_NAMES, link_mentions
+from memory.graph.reads import (
+    find_entity,
+    memory_ids_for_entities,
+    relations,
+    relations_touching,
+    traverse,
+)
+from memory.graph.retraction import RETRACTION, reinstate_memories, retract_memories
+from memory.graph.values import (
+    ANY_VALUE,
+    MAX_DEPTH,
+    MAX_LIMIT,
+    EdgeFilter,
+    Entity,
+    Relation,
+    Scope,
+    ScopeMatch,
+    Traversal,
+    normalise_name,
+    normalise_relationship,
+)
+from memory.graph.writes import (
+    embed_entity_names,
+    invalidate_relations,
+    link_memory,
+    lock_entities,
+    upsert_entity,
+    upsert_relation,
+)
 
-__all__ += [
+__all__ = [
     "ANY_VALUE",
+    "ENTITY_LABEL",
+    "MAX_DEPTH",
+    "MAX_KNOWN_NAMES",
+    "MAX_LIMIT",
+    "RELATION_LABEL",
+    "RETRACTION",
     "EdgeFilter",
+    "Entity",
+    "Relation",
+    "Scope",
     "ScopeMatch",
+    "Traversal",
     "count_relations_in",
+    "embed_entity_names",
+    "ensure_graph",
+    "find_entity",
+    "graph_name",
+    "invalidate_relations",
+    "link_memory",
+    "link_mentions",
+    "lock_entities",
+    "memory_ids_for_entities",
+    "normalise_name",
+    "normalise_relationship",
+    "reinstate_memories",
+    "relations",
     "relations_in",
     "relations_of_memories",
+    "relations_touching",
     "relations_touching_in",
+    "retract_memories",
+    "traverse",
     "traverse_in",
+    "upsert_entity",
+    "upsert_relation",
 ]
-
-# Retraction: the memory actions keep the edges in step with the memories behind them.
-from memory.graph.store import RETRACTION, reinstate_memories, retract_memories  # noqa: E402
-
-__all__ += ["RETRACTION", "reinstate_memories", "retract_memories"]

@@ -228,8 +228,8 @@ class GraphTestCase(BaseTestCase):
         query = "MATCH (n) RETURN {id: id(n), p: properties(n)}"
         with project_context(self.a):
             graph.ensure_graph(self.a)
-            assert len(graph.store._cypher(graph.graph_name(self.a), query, {})) == 2
-            assert graph.store._cypher(graph.graph_name(self.b), query, {}) == []
+            assert len(graph.age._cypher(graph.graph_name(self.a), query, {})) == 2
+            assert graph.age._cypher(graph.graph_name(self.b), query, {}) == []
             with connection.cursor() as cursor:
                 cursor.execute(f'SELECT count(*) FROM {graph.graph_name(self.b)}."Entity"')  # noqa: S608
                 assert cursor.fetchone() == (0,)
@@ -242,10 +242,10 @@ class GraphTestCase(BaseTestCase):
             graph.ensure_graph(self.a)
             b_graph = graph.graph_name(self.b)
             with pytest.raises(ProgrammingError, match="row-level security"), transaction.atomic():
-                graph.store._run(b_graph, graph.store._INSERT_ENTITY, ['{"name": "stray"}'])
+                graph.age._run(b_graph, graph.statements._INSERT_ENTITY, ['{"name": "stray"}'])
             with transaction.atomic():  # an update finds nothing to change: invisible to A
-                rows = graph.store._run(
-                    b_graph, graph.store._PATCH_ENTITY, ['{"mentions": 99}', str(bob.id)]
+                rows = graph.age._run(
+                    b_graph, graph.statements._PATCH_ENTITY, ['{"mentions": 99}', str(bob.id)]
                 )
             assert rows == []
         found = graph.find_entity(self.b, ALICE, "bob")
@@ -261,7 +261,7 @@ class GraphTestCase(BaseTestCase):
         query = "CREATE (n:Entity {name: $name}) RETURN {id: id(n)}"
         with project_context(self.a):
             graph.ensure_graph(self.a)
-            made = graph.store._cypher(graph.graph_name(self.b), query, {"name": "stray"})
+            made = graph.age._cypher(graph.graph_name(self.b), query, {"name": "stray"})
         assert len(made) == 1
         assert graph.find_entity(self.b, ALICE, "bob") is not None
 
@@ -285,9 +285,11 @@ class GraphTestCase(BaseTestCase):
         graph.upsert_relation(self.a, "alice", "likes", "tea", ALICE)
         with project_context(self.a):
             graph.ensure_graph(self.a)
-            graph.store._cypher(graph.graph_name(self.a), "MATCH ()-[r]->() DELETE r", {})
+            graph.age._cypher(graph.graph_name(self.a), "MATCH ()-[r]->() DELETE r", {})
         assert graph.relations(self.a, ALICE, include_invalid=True) == []  # the AGE fact
-        queries = [v for k, v in vars(graph.store).items() if k.isupper() and isinstance(v, str)]
+        queries = [
+            v for k, v in vars(graph.statements).items() if k.isupper() and isinstance(v, str)
+        ]
         assert any("MATCH" in q for q in queries)
         for query in queries:
             assert not re.search(r"\b(DELETE|REMOVE|DETACH|DROP)\b", query, re.IGNORECASE), query

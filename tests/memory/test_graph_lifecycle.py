@@ -398,7 +398,7 @@ class GraphErasureTests(BaseTestCase):
         with project_context(project):
             name = graph.ensure_graph(project)
             params = {"name": user_id, "scope": Scope(user_id=user_id).key}
-            made = graph.store._cypher(name, query, params)
+            made = graph.age._cypher(name, query, params)
         assert len(made) == 1
 
     def test_erasure_removes_the_users_graph_and_leaves_no_orphan_edges(self) -> None:
@@ -503,27 +503,27 @@ class LockKeyTests(BaseTestCase):
         project = self.alice.key.project_id
         memory = new_memory(project, 'Ünïcode Alice likes "tea"', run_id="r'1")
         upserted: list[str] = []
-        real_lock = graph.store._lock
+        real_lock = graph.age._lock
 
         def lock(*parts: str) -> None:
             if parts[1] == "relation":
                 upserted.append(json.dumps(parts, ensure_ascii=False))
             real_lock(*parts)
 
-        with mock.patch.object(graph.store, "_lock", lock):
+        with mock.patch.object(graph.writes, "_lock", lock):
             graph.upsert_relation(
                 project, "Ünïcode Alice", "likes", '"tea"', Scope(user_id="alice", run_id="r'1"),
                 memory_id=memory.pk,
             )  # fmt: skip
         retracted: list[str] = []
-        real_run = graph.store._run
+        real_run = graph.age._run
 
         def run(name: str, statement: str, params: Any) -> list[tuple[Any, ...]]:
-            if statement == graph.store._LOCK_KEYS:
+            if statement == graph.statements._LOCK_KEYS:
                 retracted.extend(params[0])
             return real_run(name, statement, params)
 
-        with mock.patch.object(graph.store, "_run", run):
+        with mock.patch.object(graph.retraction, "_run", run):
             assert len(graph.retract_memories(project, [memory.pk])) == 1
         assert retracted == upserted
         assert len(upserted) == 1
@@ -600,7 +600,7 @@ def test_linking_entities_met_in_opposite_orders_does_not_deadlock() -> None:
     with project_context(project):
         graph.ensure_graph(project)  # made and committed first: its lock is not the point here
     errors = _without_deadlock(
-        project, lambda: graph.store.link_mentions(project, [zed.pk, amy.pk])
+        project, lambda: graph.mentions.link_mentions(project, [zed.pk, amy.pk])
     )
     assert errors == []
     with project_context(project):

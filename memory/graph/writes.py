@@ -1,0 +1,348 @@
+"""Writes: entities, relations, and which memory mentions which entity.
+
+Owns: the upsert of an entity (merged on its normalised name and scope) and the upsert locks
+(lock_entities: several at once, in the one order every writer uses); the upsert of a relation
+(a duplicate merged; its memory linked to both ends) and the invalidation of relations (by id
+or by match; never a delete); linking a memory to entities (link_memory: vertices and
+MemoryEntity rows); the vectors of a scope's entity names (EntityVector, for search's matching
+by meaning; embed_entity_names fills in those missing). Of engram, may import memory.models,
+memory.text.embeddings, tenants and memory.graph.values, .statements, .age and .reads.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from django.db import connection
+
+from memory.graph.age import (
+    _cypher,
+    _edge_rows,
+    _entity_row,
+    _graphids,
+    _json,
+    _lock,
+    _now,
+    _run,
+    ensure_graph,
+)
+from memory.graph.reads import _find_entity
+from memory.graph.statements import (
+    _EDGE_BETWEEN,
+    _INSERT_EDGE,
+    _INSERT_ENTITY,
+    _INVALIDATE_BY_MATCH,
+    _LOCK_KEYS,
+    _PATCH_EDGES,
+    _PATCH_ENTITY,
+    _VALID_EDGES_BY_ID,
+)
+from memory.graph.values import (
+    Entity,
+    ProjectId,
+    Relation,
+    Scope,
+    _entity_name,
+    _exact_scope,
+    normalise_name,
+    normalise_relationship,
+)
+from memory.models import SCOPE_FIELDS, EntityVector, Memory, MemoryEntity
+from memory.text.embeddings import embed_words
+from tenants.db import project_context
+
+# -- entities ----------------------------------------------------------------------------------
+
+
+def _lock_entities(graph: str, scope: Scope, names: Iterable[str]) -> None:
+    """Take the upsert locks of several entities at once, in one global order (the lock keys
+    sorted), before a transaction upserts them one by one: two transactions that each lock
+    entities as they meet them (A then B, B then A) deadlock. _lock() again later is free (an
+    advisory lock a transaction holds is granted to it again at once)."""
+    keys = sorted(
+        json.dumps([graph, "entity", normalised, scope.key], ensure_ascii=False)
+        for normalised in {normalise_name(name) for name in names} - {""}
+    )
+    if keys:
+        with connection.cursor() as cursor:
+            cursor.execute(_LOCK_KEYS, [keys])
+
+
+def lock_entities(project: ProjectId, scope: Scope, names: Iterable[str]) -> None:
+    """The upsert locks of these entities of the scope, in the one order every writer uses;
+    call it first in a transaction that will upsert several entities."""
+    with project_context(project):
+        _lock_entities(ensure_graph(project), scope, names)
+
+
+def _upsert_entity(graph: str, scope: Scope, name: str, entity_type: str, increment: int) -> Entity:
+    normalised = _entity_name(name)
+    _lock(graph, "entity", normalised, scope.key)
+    found = _find_entity(graph, scope, normalised)
+    if found is not None:
+        if not increment:
+            return found
+        patch = _json({"mentions": found.mentions + increment})
+        return _entity_row(_run(graph, _PATCH_ENTITY, [patch, str(found.id)])[0])
+    properties = {
+        "name": normalised,
+        "display_name": name.strip() or normalised,
+        "type": normalise_name(entity_type),
+        **scope.properties(),
+        "created_at": _now(),
+        "mentions": increment,
+    }
+    return _entity_row(_run(graph, _INSERT_ENTITY, [_json(properties)])[0])
+
+
+def upsert_entity(
+    project: ProjectId, scope: Scope, name: str, *, entity_type: str = "", mention: bool = True
+) -> Entity:
+    """The entity `name` of the scope, created if new; one more mention unless mention=False.
+
+    Merged on (normalised name, scope); the first spelling stays its display name.
+    """
+    with project_context(project):
+        graph = ensure_graph(project)
+        return _upsert_entity(graph, scope, name, entity_type, 1 if mention else 0)
+
+
+# -- relations ---------------------------------------------------------------------------------
+
+
+def upsert_relation(
+    project: ProjectId,
+    source: str,
+    relationship: str,
+    destination: str,
+    scope: Scope,
+    *,
+    memory_id: uuid.UUID | str | None = None,
+    event_id: uuid.UUID | str | None = None,
+    source_type: str = "",
+    destination_type: str = "",
+) -> Relation:
+    """The valid edge (source)-[relationship]->(destination) of the scope, made if missing.
+
+    A duplicate (same ends, type, scope, still valid) is merged: the memory id is appended to
+    its memory_ids. The memory, when given, is also linked to both entities (MemoryEntity).
+    """
+    kind = normalise_relationship(relationship)
+    if not kind:
+        raise ValueError("a relation needs a non-blank relationship")
+    with project_context(project):
+        graph = ensure_graph(project)
+        src = _upsert_entity(graph, scope, source, source_type, 0)
+        dst = _upsert_entity(graph, scope, destination, destination_type, 0)
+        if memory_id is not None:
+            _link(
+                graph,
+                project,
+                memory_id,
+                [(source, source_type), (destination, destination_type)],
+                scope,
+            )
+        _lock(graph, "relation", src.name, kind, dst.name, scope.key)
+        wanted = _json({"type": kind, "scope": scope.key, "valid": True})
+        found = _run(graph, _EDGE_BETWEEN, [str(src.id), str(dst.id), wanted])
+        mid = None if memory_id is None else str(memory_id)
+        if found:
+            [(relation, _)] = _edge_rows(found)
+            if mid is None or mid in relation.memory_ids:
+                return relation
+            [patched] = _patch_edges(
+                graph, {relation.id: {"memory_ids": [*relation.memory_ids, mid]}}
+            )
+            return patched
+        properties = {
+            "type": kind,
+            **scope.properties(),
+            "valid": True,
+            "created_at": _now(),
+            "invalidated_at": "",
+            "memory_ids": [] if mid is None else [mid],
+            "event_id": "" if event_id is None else str(event_id),
+        }
+        [(edge_id,)] = _run(graph, _INSERT_EDGE, [str(src.id), str(dst.id), _json(properties)])
+        return Relation.from_row(
+            {
+                "id": edge_id,
+                "p": properties,
+                "src": src.name,
+                "dst": dst.name,
+                "src_id": src.id,
+                "dst_id": dst.id,
+            }
+        )
+
+
+def invalidate_relations(
+    project: ProjectId,
+    scope: Scope,
+    *,
+    ids: Sequence[int] | None = None,
+    source: str | None = None,
+    relationship: str | None = None,
+    destination: str | None = None,
+) -> list[Relation]:
+    """Mark valid edges of the scope invalid (valid=false, invalidated_at); never deletes.
+
+    Either by edge ids, or by a match: a source, and optionally a relationship and a
+    destination. Returns the edges it invalidated.
+    """
+    if (ids is None) == (source is None):
+        raise ValueError(
+            "give either edge ids or a source (with an optional relationship/destination)"
+        )
+    with project_context(project):
+        graph = ensure_graph(project)
+        params: dict[str, Any] = {"scope": scope.key, "now": _now()}
+        if ids is not None:
+            edge_ids = sorted({int(i) for i in ids})
+            if not edge_ids:
+                return []
+            # By id through the primary key (a Cypher `id(r) IN $ids` scans the scope's edges).
+            wanted = _json({"scope": scope.key, "valid": True})
+            found = _run(graph, _VALID_EDGES_BY_ID, [_graphids(edge_ids), wanted])
+            patch = {"valid": False, "invalidated_at": params["now"]}
+            return _patch_edges(graph, {int(row[0]): patch for row in found})
+        else:
+            rows = _cypher(
+                graph,
+                _INVALIDATE_BY_MATCH,
+                params
+                | {
+                    "src": _entity_name(source or ""),
+                    "dst": None if destination is None else _entity_name(destination),
+                    "type": None if relationship is None else normalise_relationship(relationship),
+                },
+            )
+    return [Relation.from_row(row) for row in rows]
+
+
+def _patch_edges(graph: str, patches: Mapping[int, Mapping[str, Any]]) -> list[Relation]:
+    """Merge each patch into its edge's properties; the edges as they now are, by id."""
+    if not patches:
+        return []
+    ids = sorted(patches)
+    texts = [json.dumps(patches[i], ensure_ascii=False) for i in ids]
+    rows = _run(graph, _PATCH_EDGES, [_graphids(ids), texts])
+    return sorted((relation for relation, _ in _edge_rows(rows)), key=lambda r: r.id)
+
+
+# -- the memory <-> entity index ---------------------------------------------------------------
+
+
+def _link(
+    graph: str,
+    project: ProjectId,
+    memory_id: uuid.UUID | str,
+    entities: Iterable[tuple[str, str]],
+    scope: Scope | None = None,
+    *,
+    remember: bool = True,
+) -> list[Entity]:
+    """Link the memory to the entities (vertices, MemoryEntity rows) and, unless the caller
+    does it for many memories at once (remember=False), give new names their vectors."""
+    memory = Memory.objects.only(*SCOPE_FIELDS).get(pk=memory_id, project_id=project)
+    memory_scope = Scope.of(memory.scope)
+    if scope is not None and scope != memory_scope:
+        raise ValueError("the memory belongs to another scope")
+    wanted: dict[str, tuple[str, str]] = {}
+    for name, entity_type in entities:
+        wanted.setdefault(_entity_name(name), (name, entity_type))
+    known = set(
+        MemoryEntity.objects.filter(memory_id=memory.pk, entity_name__in=list(wanted)).values_list(
+            "entity_name", flat=True
+        )
+    )
+    linked: list[Entity] = []
+    rows: list[MemoryEntity] = []
+    for normalised, (name, entity_type) in wanted.items():
+        # A mention counts once per memory.
+        entity = _upsert_entity(
+            graph, memory_scope, name, entity_type, 0 if normalised in known else 1
+        )
+        linked.append(entity)
+        if normalised not in known:
+            rows.append(
+                MemoryEntity(
+                    project_id=project,
+                    memory_id=memory.pk,
+                    entity_name=normalised,
+                    vertex_id=entity.id,
+                    **memory_scope.as_dict(),
+                )
+            )
+    MemoryEntity.objects.bulk_create(rows, ignore_conflicts=True)
+    if remember:
+        _remember_names(project, memory_scope, [row.entity_name for row in rows])
+    return linked
+
+
+def _remember_names(project: ProjectId, scope: Scope, names: Sequence[str]) -> None:
+    """Give each of the scope's entity `names` its vector (EntityVector) if it has none yet:
+    search matches query words against them by meaning. The missing ones are embedded in one
+    batch; a concurrent writer of the same name is ignored (the same name, the same vector)."""
+    if not names:
+        return
+    filters = _exact_scope(scope)
+    have = set(
+        EntityVector.objects.filter(
+            project_id=project, entity_name__in=names, **filters
+        ).values_list("entity_name", flat=True)
+    )
+    missing = sorted(set(names) - have)
+    if not missing:
+        return
+    vectors = embed_words(missing)  # a one-word name may be precomputed
+    EntityVector.objects.bulk_create(
+        [
+            EntityVector(project_id=project, entity_name=name, embedding=vector, **scope.as_dict())
+            for name, vector in zip(missing, vectors, strict=True)
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def embed_entity_names(project: ProjectId, chunk: int = 500) -> int:
+    """Give every entity name of the project that has links but no vector (linked before
+    EntityVector existed) its vector; returns how many were made. Safe to run again."""
+    with project_context(project):
+        linked = set(
+            MemoryEntity.objects.filter(project_id=project)
+            .values_list(*SCOPE_FIELDS, "entity_name")
+            .distinct()
+        )
+        have = set(
+            EntityVector.objects.filter(project_id=project).values_list(
+                *SCOPE_FIELDS, "entity_name"
+            )
+        )
+    by_scope: dict[Scope, list[str]] = {}
+    for *ids, name in sorted(linked - have, key=str):
+        by_scope.setdefault(Scope.of(dict(zip(SCOPE_FIELDS, ids, strict=True))), []).append(name)
+    for scope, names in by_scope.items():
+        for start in range(0, len(names), chunk):
+            with project_context(project):
+                _remember_names(project, scope, names[start : start + chunk])
+    return sum(len(names) for names in by_scope.values())
+
+
+def link_memory(
+    project: ProjectId,
+    memory_id: uuid.UUID | str,
+    entities: Iterable[str | tuple[str, str]],
+) -> list[Entity]:
+    """Record that the memory mentions these entities (names, or (name, type) pairs).
+
+    In one transaction: each entity's vertex in the memory's scope (created, or one more
+    mention the first time this memory names it) and the MemoryEntity rows.
+    """
+    pairs = [(e, "") if isinstance(e, str) else e for e in entities]
+    with project_context(project):
+        graph = ensure_graph(project)
+        return _link(graph, project, memory_id, pairs)
