@@ -60,7 +60,7 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
     import django
 
     django.setup()
-    from memory.extraction.llm import ClaudeExtractor
+    from memory.extraction.llm.claude import ClaudeExtractor
     from memory.extraction.pipeline import process_event
     from memory.models import MemoryEvent
     from tenants.actions import do_create_api_key
@@ -144,7 +144,7 @@ def measure_conversation(turns: int, delay_ms: int) -> None:
     django.setup()
     from django.conf import settings
 
-    from memory.extraction.llm import ClaudeExtractor
+    from memory.extraction.llm.claude import ClaudeExtractor
     from memory.extraction.pipeline import process_event, refresh_summary
     from memory.models import MemoryEvent
     from tenants.actions import do_create_api_key

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import httpx
 from django.conf import settings
 
-from memory.extraction.llm import Context, Turn
+from memory.extraction.llm.types import Context, Turn
 from memory.parts import PartError, decode_base64, document_text, host_and_port, may_fetch
 
 RETRYABLE_STATUS = frozenset({408, 429})

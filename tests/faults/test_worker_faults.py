@@ -36,7 +36,7 @@ from django.db import connection
 from django.test import override_settings
 
 from memory.extraction import pipeline
-from memory.extraction.llm import ClaudeExtractor
+from memory.extraction.llm.claude import ClaudeExtractor
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase

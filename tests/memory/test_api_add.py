@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
 
-from memory.extraction.llm import OfflineExtractor
+from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants.db import project_context

@@ -19,7 +19,8 @@ import pytest
 from django.test import override_settings
 
 from memory.extraction import pipeline
-from memory.extraction.llm import ClaudeExtractor, OfflineExtractor
+from memory.extraction.llm.claude import ClaudeExtractor
+from memory.extraction.llm.offline import OfflineExtractor
 from memory.models import Memory, MemoryEvent
 from tenants.db import project_context
 from tests.base import BaseTestCase

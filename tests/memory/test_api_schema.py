@@ -36,7 +36,7 @@ from memory.api import responses as r
 from memory.api.events import event_data
 from memory.api.memories import history_data
 from memory.api.serializers import AddSerializer, memory_data
-from memory.extraction.llm import OfflineExtractor
+from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from memory.text import embeddings

@@ -31,7 +31,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from memory.extraction.llm import ClaudeExtractor
+from memory.extraction.llm.claude import ClaudeExtractor
 from memory.extraction.pipeline import process_event, refresh_summary
 from memory.models import Memory
 from tenants.actions import NewApiKey

@@ -19,7 +19,7 @@ from django.db import connections
 from django.utils import timezone
 
 from memory.extraction import pipeline
-from memory.extraction.llm import ClaudeExtractor
+from memory.extraction.llm.claude import ClaudeExtractor
 from memory.extraction.sweep import stale_events
 from memory.models import Memory, MemoryEvent
 from tenants.db import project_context

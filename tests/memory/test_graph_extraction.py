@@ -14,14 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory import graph
-from memory.extraction.llm import (
-    EntityRef,
-    Fact,
-    OfflineExtractor,
-    Triple,
-    clean_relations,
-    offline_triples,
-)
+from memory.extraction.llm.clean import clean_relations
+from memory.extraction.llm.offline import OfflineExtractor, offline_triples
+from memory.extraction.llm.types import EntityRef, Fact, Triple
 from memory.extraction.pipeline import attempt
 from memory.models import Memory, MemoryEntity, MemoryEvent
 from tenants.db import project_context

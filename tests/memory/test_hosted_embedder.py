@@ -117,7 +117,7 @@ def test_no_transaction_is_open_while_the_hosted_embedder_is_called(
     server: str, monkeypatch: pytest.MonkeyPatch, client: Any, committed_db: None
 ) -> None:
     """An HTTP call of up to 30 s must never hold a transaction (and its locks) open."""
-    from memory.extraction.llm import OfflineExtractor
+    from memory.extraction.llm.offline import OfflineExtractor
     from memory.extraction.pipeline import process_event
     from memory.models import Memory, MemoryEvent
     from memory.text import embeddings

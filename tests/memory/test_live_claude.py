@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from memory.extraction.llm import ClaudeExtractor, Context, Existing, Fact, Turn
+from memory.extraction.llm.claude import ClaudeExtractor
+from memory.extraction.llm.types import Context, Existing, Fact, Turn
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("ANTHROPIC_API_KEY"),

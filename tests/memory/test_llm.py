@@ -11,19 +11,11 @@ import anthropic
 import httpx
 import pytest
 
-from memory.extraction.llm import (
-    DECIDE_TOKENS_BASE,
-    DECIDE_TOKENS_PER_FACT,
-    ClaudeExtractor,
-    Context,
-    Existing,
-    Fact,
-    ModelOutputError,
-    OfflineExtractor,
-    Turn,
-    get_extractor,
-    retry_after_seconds,
-)
+from memory.extraction.llm.claude import ClaudeExtractor, retry_after_seconds
+from memory.extraction.llm.offline import OfflineExtractor
+from memory.extraction.llm.provider import get_extractor
+from memory.extraction.llm.schemas import DECIDE_TOKENS_BASE, DECIDE_TOKENS_PER_FACT
+from memory.extraction.llm.types import Context, Existing, Fact, ModelOutputError, Turn
 from tests.fake_anthropic import FakeClaude, Reply
 
 MODEL = "claude-haiku-5-5"

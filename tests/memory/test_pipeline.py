@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from memory import graph
 from memory.actions import Message, do_add_messages
-from memory.extraction.llm import ClaudeExtractor, OfflineExtractor
+from memory.extraction.llm.claude import ClaudeExtractor
+from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event, refresh_summary
 from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from tenants.db import project_context

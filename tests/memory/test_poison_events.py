@@ -20,7 +20,8 @@ from django.utils import timezone
 from dramatiq_postgres import PostgresBroker
 
 from memory.extraction import pipeline
-from memory.extraction.llm import Context, Decisions, Existing, Fact, OfflineExtractor, Usage
+from memory.extraction.llm.offline import OfflineExtractor
+from memory.extraction.llm.types import Context, Decisions, Existing, Fact, Usage
 from memory.extraction.tasks import process_event
 from memory.models import Memory, MemoryEvent
 from tenants.db import project_context
