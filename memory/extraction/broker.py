@@ -1,8 +1,9 @@
 """The Dramatiq broker: dramatiq-postgres, its tables in engram's own database (schema dramatiq).
 
 Configured once per process from the Django database settings, before the actors are imported.
-Messages are sent only on commit (memory.actions), since the broker writes through its own
-connection pool, outside the request's transaction.
+Messages are sent only on commit (memory.actions, by job name through memory.jobs, which
+enqueues on the broker made current here), since the broker writes through its own connection
+pool, outside the request's transaction.
 
 A send gives up after SEND_BUDGET_SECONDS (dramatiq-postgres alone retries for minutes, with
 30 s pool waits): it runs after the request's commit, so while the database is unreachable it
@@ -119,8 +120,13 @@ class FairConsumer(PostgresConsumer):  # type: ignore[misc]  # dramatiq_postgres
 
 
 def connection_kwargs(database: Mapping[str, Any]) -> dict[str, str]:
-    keys = (("NAME", "dbname"), ("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"),
-            ("PORT", "port"))  # fmt: skip
+    keys = (
+        ("NAME", "dbname"),
+        ("USER", "user"),
+        ("PASSWORD", "password"),
+        ("HOST", "host"),
+        ("PORT", "port"),
+    )
     found = {libpq: str(database[key]) for key, libpq in keys if database.get(key)}
     timeout = (database.get("OPTIONS") or {}).get("connect_timeout")
     if timeout:

@@ -1,4 +1,9 @@
-"""Dramatiq actors: thin, take ids, safe to run twice. The work is in memory.extraction.pipeline."""
+"""Dramatiq actors: thin, take ids, safe to run twice. The work is in memory.extraction.pipeline.
+
+Each actor is declared under the name and queue of its job in memory.jobs, through which
+memory.actions sends it messages; the options here (retries, backoff, time limits) are the
+worker's, applied when it runs them.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ import uuid
 
 import dramatiq
 
+from memory import actions, graph, jobs
 from memory.extraction import pipeline
-from memory.extraction.llm import get_extractor
+from memory.extraction.llm.provider import get_extractor
 
 # Retries of an erasure job: one fewer than the request's attempts, so the last attempt ends it.
 ERASURE_RETRIES = 3
@@ -18,7 +24,12 @@ def _retry_when(retries: int, exception: BaseException) -> bool:
     return isinstance(exception, dramatiq.Retry)
 
 
-@dramatiq.actor(queue_name="events", retry_when=_retry_when, time_limit=15 * 60 * 1000)
+@dramatiq.actor(
+    actor_name=jobs.PROCESS_EVENT.actor_name,
+    queue_name=jobs.PROCESS_EVENT.queue_name,
+    retry_when=_retry_when,
+    time_limit=15 * 60 * 1000,
+)
 def process_event(event_id: str, project_id: str) -> None:
     """Run one attempt at an add request's extraction (memory.extraction.pipeline.attempt).
 
@@ -36,13 +47,24 @@ def process_event(event_id: str, project_id: str) -> None:
         raise dramatiq.Retry(f"event {event_id}: next attempt", delay=delay)
 
 
-@dramatiq.actor(queue_name="summaries", max_retries=3, time_limit=5 * 60 * 1000)
+@dramatiq.actor(
+    actor_name=jobs.REFRESH_SUMMARY.actor_name,
+    queue_name=jobs.REFRESH_SUMMARY.queue_name,
+    max_retries=3,
+    time_limit=5 * 60 * 1000,
+)
 def refresh_summary(event_id: str, project_id: str) -> None:
     """Keep the scope's running summary current (context for its next extraction)."""
     pipeline.refresh_summary(uuid.UUID(event_id), uuid.UUID(project_id), get_extractor())
 
 
-@dramatiq.actor(queue_name="entities", max_retries=2, min_backoff=5_000, time_limit=5 * 60 * 1000)
+@dramatiq.actor(
+    actor_name=jobs.LINK_ENTITIES.actor_name,
+    queue_name=jobs.LINK_ENTITIES.queue_name,
+    max_retries=2,
+    min_backoff=5_000,
+    time_limit=5 * 60 * 1000,
+)
 def link_entities(project_id: str, memory_ids: list[str]) -> None:
     """Link stored memories to the entities the local recogniser finds in them
     (memory.graph.link_mentions): every memory, raw ones included, so search's entity signal
@@ -50,24 +72,25 @@ def link_entities(project_id: str, memory_ids: list[str]) -> None:
     work (ids that are not UUIDs) ends at once; any other failure is retried twice, with
     backoff, then the message is dead: it never loops.
     """
-    from memory.graph import link_mentions
-
     try:
         project = uuid.UUID(project_id)
         ids = [uuid.UUID(str(m)) for m in memory_ids]
     except (TypeError, ValueError, AttributeError):
         return
-    link_mentions(project, ids)
+    graph.link_mentions(project, ids)
 
 
-@dramatiq.actor(queue_name="erasures", max_retries=ERASURE_RETRIES, min_backoff=10_000,
-                time_limit=30 * 60 * 1000)  # fmt: skip
+@dramatiq.actor(
+    actor_name=jobs.ERASE_USER.actor_name,
+    queue_name=jobs.ERASE_USER.queue_name,
+    max_retries=ERASURE_RETRIES,
+    min_backoff=10_000,
+    time_limit=30 * 60 * 1000,
+)
 def erase_user(request_id: str, project_id: str) -> None:
     """Carry out an erasure asked through the API (memory.actions.do_run_erasure). A failed
     attempt is recorded on the request and retried with backoff; after the last one the
     request is FAILED and the message ends: it never loops."""
-    from memory import actions
-
     try:
         request, project = uuid.UUID(request_id), uuid.UUID(project_id)
     except (TypeError, ValueError, AttributeError):

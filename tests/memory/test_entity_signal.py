@@ -17,13 +17,15 @@ from django.db import connection
 from django.db.models import Q
 from django.test import override_settings
 
-from memory import actions, graph, queries
+from memory import actions, graph, jobs, queries
 from memory.extraction.tasks import link_entities
 from memory.graph import Scope
 from memory.models import EntityVector, Memory, MemoryEntity
 from memory.retrieval import search
 from memory.retrieval.scoring import SIMILAR_NAME_WEIGHT, Signals, entity_strengths, fuse
+from memory.text import query as query_analysis
 from memory.text.embeddings import embed, embed_words, get_embedder
+from memory.text.query import analyse
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth, make_key
@@ -94,14 +96,14 @@ class LinkingTestCase(BaseTestCase):
 
     def test_adds_and_text_updates_schedule_linking_after_commit(self) -> None:
         with (
-            mock.patch.object(link_entities, "send") as send,
+            mock.patch.object(jobs.LINK_ENTITIES, "send") as send,
             self.captureOnCommitCallbacks(execute=True),
         ):
             body = {"messages": "Jon likes Oslo", "user_id": "alice", "infer": False}
             memory_id = self.call("post", "/v3/memories/add/", body).json()["results"][0]["id"]
         send.assert_called_once_with(str(self.project_id), [memory_id])
         with (
-            mock.patch.object(link_entities, "send") as send,
+            mock.patch.object(jobs.LINK_ENTITIES, "send") as send,
             self.captureOnCommitCallbacks(execute=True),
         ):
             self.call("put", f"/v1/memories/{memory_id}/", {"metadata": {"k": 1}})
@@ -230,8 +232,8 @@ class MatchingByMeaningTestCase(BaseTestCase):
         path: it is not matched by meaning (a vocabulary word still is, looked up)."""
         rome = str(self.rome.pk)
         with (
-            mock.patch.object(search, "_word_cache", OrderedDict()),
-            mock.patch(f"{search.__name__}.embed_words", wraps=embed_words) as looked_up,
+            mock.patch.object(query_analysis, "_word_cache", OrderedDict()),
+            mock.patch(f"{query_analysis.__name__}.embed_words", wraps=embed_words) as looked_up,
             mock.patch.object(get_embedder(), "embed", wraps=get_embedder().embed) as model,
         ):
             found = self.search("Which cities did the zorblaxes see?")
@@ -265,7 +267,9 @@ class MatchingByMeaningTestCase(BaseTestCase):
 
         def names(built_for: uuid.UUID, run_in: uuid.UUID) -> list[str]:
             scoped = queries.matching(built_for, Q(user_id="alice"))
-            found = search._similar_names(search._pinned_scope(scoped), "Which cities?", [])
+            found = search._similar_names(
+                search._pinned_scope(scoped), analyse("Which cities?"), []
+            )
             assert found is not None
             ctes, params = search._similar_ctes(*found)
             with project_context(run_in), connection.cursor() as cursor:
@@ -277,7 +281,7 @@ class MatchingByMeaningTestCase(BaseTestCase):
         assert names(other, other) == ["rome"]
         assert names(self.project_id, other) == []
         # No project pinned (a queryset of every project's memories): nothing is matched.
-        assert search._similar_names({"user_id": "alice"}, "Which cities?", []) is None
+        assert search._similar_names({"user_id": "alice"}, analyse("Which cities?"), []) is None
 
     def test_the_last_link_of_a_name_takes_its_vector_with_it(self) -> None:
         (again,) = add_texts(self.alice.key.project, ["Rome again in June"], user_id="alice")

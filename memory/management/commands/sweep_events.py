@@ -2,7 +2,7 @@
 
 An event is stale when it stayed PENDING longer than --pending-seconds, or is RUNNING under an
 expired lease (its worker died). It is re-sent only if dramatiq-postgres's queue holds no message
-for it, which the sweeper asks the queue itself (memory.actions.events_in_queue):
+for it, which the sweeper asks the queue itself (memory.extraction.sweep.events_in_queue):
 
 - dramatiq-postgres keeps every live message as one row of `dramatiq.queue`, keyed by its
   message id, with the actor's arguments (event id first) in its JSON: 'queued' while it waits,

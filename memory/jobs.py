@@ -1,0 +1,54 @@
+"""The worker's jobs, by name: what a writer sends for work to be done off its path.
+
+Each Job names one Dramatiq actor: its actor name and its queue. memory.extraction.tasks
+declares the actors under exactly these names and queues (it reads them from here), with the
+options the worker applies when it runs them (retries, backoff, time limits). A send builds the
+message the actor's own `send` builds (dramatiq's Message: the queue, the actor name, the
+positional arguments, no keyword arguments, no options) and enqueues it on the configured
+broker, memory.extraction.broker.Broker, whose sends give up after SEND_BUDGET_SECONDS. So a
+writer (memory.actions, which sends on commit) needs neither the actors nor the code they run.
+
+Imports dramatiq only: it sits below memory.actions and memory.extraction alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+
+
+class Job:
+    """One actor of the worker, by name; `send` enqueues a message for it, at once."""
+
+    def __init__(self, actor_name: str, queue_name: str) -> None:
+        self.actor_name = actor_name
+        self.queue_name = queue_name
+
+    def __repr__(self) -> str:
+        return f"Job({self.actor_name!r}, {self.queue_name!r})"
+
+    def message(self, *args: Any) -> dramatiq.Message[Any]:
+        """The message dramatiq's Actor.send would build for these arguments."""
+        return dramatiq.Message(
+            queue_name=self.queue_name,
+            actor_name=self.actor_name,
+            args=args,
+            kwargs={},
+            options={},
+        )
+
+    def send(self, *args: Any) -> dramatiq.Message[Any]:
+        """Enqueue a message for this job on the current broker (the one broker.configure
+        made current at start-up), as Actor.send does."""
+        return dramatiq.get_broker().enqueue(self.message(*args))
+
+
+# An add request's extraction (event id, project id): one attempt; it retries itself.
+PROCESS_EVENT = Job("process_event", "events")
+# The scope's running summary folds in an event's messages (event id, project id).
+REFRESH_SUMMARY = Job("refresh_summary", "summaries")
+# Stored memories are linked to the entities they mention (project id, [memory id, ...]).
+LINK_ENTITIES = Job("link_entities", "entities")
+# An erasure asked through the API (erasure request id, project id).
+ERASE_USER = Job("erase_user", "erasures")
