@@ -452,13 +452,14 @@ def run_search(
 ) -> list[Any]:
     """The search as memory/api/search.py runs it; exact=None keeps the API's own choice."""
     from memory import queries
-    from memory.retrieval.filters import compile_filters, scope_values
+    from memory.retrieval.filters import compile_filters
+    from memory.retrieval.search import hybrid_search
+    from memory.text.query import analyse
 
     where = compile_filters(cell["filters"])
-    scoped = bool(scope_values(cell["filters"]))
-    return queries.matching(project_id, where).search(
-        cell["query"], top_k=20, threshold=0.1, exact=scoped if exact is None else exact,
-        embedding=vector,
+    return hybrid_search(
+        queries.matching(project_id, where), analyse(cell["query"], embedding=vector),
+        top_k=20, threshold=0.1, exact=exact,
     )  # fmt: skip
 
 

@@ -124,8 +124,9 @@ def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> l
     from django.db import connection
 
     from memory.models import Memory
-    from memory.retrieval.search import STATEMENT_STARTS
+    from memory.retrieval.search import STATEMENT_STARTS, hybrid_search
     from memory.text.embeddings import embed
+    from memory.text.query import analyse
     from tenants.db import project_context
 
     texts = [sentence(rng) for _ in range(queries)]
@@ -148,9 +149,10 @@ def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> l
                 .active()
                 .filter(user_id=f"user-{user}", agent_id=None, app_id=None, run_id=None)
             )
-            scope.search(
-                text, top_k=10, threshold=0, embedding=[float(x) for x in vector], exact=True
-            )
+            hybrid_search(
+                scope, analyse(text, embedding=[float(x) for x in vector]), top_k=10,
+                threshold=0, exact=True,
+            )  # fmt: skip
     return timings
 
 
@@ -159,7 +161,8 @@ def explain_one(project, sizes: list[int]) -> str:
     from django.test.utils import CaptureQueriesContext
 
     from memory.models import Memory
-    from memory.text.embeddings import embed_one
+    from memory.retrieval.search import hybrid_search
+    from memory.text.query import analyse
     from tenants.db import project_context
 
     with project_context(project.pk):
@@ -169,11 +172,8 @@ def explain_one(project, sizes: list[int]) -> str:
             .filter(user_id="user-0", agent_id=None, app_id=None, run_id=None)
         )
         with CaptureQueriesContext(connection) as captured:
-            scope.search(
-                "User likes the spicy recipe in Kyoto",
-                top_k=10,
-                threshold=0,
-                embedding=embed_one("User likes the spicy recipe in Kyoto"),
+            hybrid_search(
+                scope, analyse("User likes the spicy recipe in Kyoto"), top_k=10, threshold=0
             )
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + captured.captured_queries[-1]["sql"])

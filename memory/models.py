@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -16,9 +16,6 @@ from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
 from tenants.models import Project
-
-if TYPE_CHECKING:
-    from memory.retrieval.search import ScoredMemory
 
 SCOPE_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
 SCOPE_MAX_LENGTH = 255
@@ -108,23 +105,6 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         return self.filter(
             models.Q(expiration_date__isnull=True) | models.Q(expiration_date__gte=today)
         )
-
-    def search(
-        self,
-        query: str,
-        *,
-        top_k: int,
-        threshold: float,
-        embedding: list[float] | None = None,
-        exact: bool = False,
-        reference: datetime | None = None,
-    ) -> list[ScoredMemory]:
-        from memory.retrieval.search import hybrid_search
-
-        return hybrid_search(
-            self, query, top_k=top_k, threshold=threshold, embedding=embedding, exact=exact,
-            reference=reference,
-        )  # fmt: skip
 
 
 class Memory(Scoped):
@@ -283,7 +263,7 @@ class MemoryEvent(Scoped):
     a claim is a conditional update, and results are written with the status in one transaction.
     Each claim gets a fresh `claim_id`; a worker writes to the event (renewing the lease, results,
     a failure) only while the token is still its own, so a worker whose lease ran out and whose
-    event another worker has claimed since cannot overwrite the newer claim (extraction.pipeline).
+    event another worker has claimed since cannot overwrite the newer claim (extraction.claims).
     """
 
     class Status(models.TextChoices):
@@ -299,7 +279,7 @@ class MemoryEvent(Scoped):
     payload = models.JSONField()
     results = models.JSONField(default=list, blank=True)
     # What extraction did to the graph: {"status": SUCCEEDED | SKIPPED | FAILED, "entities",
-    # "added", "invalidated"} (memory.extraction.pipeline.record_graph); {} until processed.
+    # "added", "invalidated"} (memory.extraction.graph_step.record_graph); {} until processed.
     graph = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     extractor = models.CharField(max_length=20, blank=True, default="")
@@ -433,7 +413,7 @@ class MemoryEntity(Scoped):
 
 class EntityVector(Scoped):
     """The embedding of each entity name a scope has: search matches the query's words against
-    the scope's entities by meaning as well as by name ("cities" finds "rome"; issue #9).
+    the scope's entities by meaning as well as by name ("cities" finds "rome").
 
     Written with the first MemoryEntity row of the name in the scope (memory.graph, the linking
     job), one row per (scope, normalised name). It lives only as long as some memory of the

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
@@ -56,10 +55,7 @@ def add(request: Request) -> Response:
     if data["infer"]:
         return queue_add(request, serializer, key)
     scope = serializer.scope()
-    vectors = actions.embed_texts(
-        (m.content for m in data["messages"] if m.role != "system"),
-        max_tokens=settings.ENGRAM_MAX_EMBED_TOKENS,
-    )
+    vectors = actions.embed_messages(data["messages"])
     with tenant(request):
         note_access(request, scope=scope)
         return answer_once(request, key, lambda: store_add(request, serializer, vectors))

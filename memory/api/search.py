@@ -13,60 +13,47 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
-from memory import queries
+from memory import search as searching
 from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import matching, tenant
 from memory.api.graph import search_relations as graph_relations
-from memory.retrieval.filters import scope_values
-from memory.text.embeddings import embed_one
+from memory.text.query import analyse
 
 
 def search(request: Request, *, envelope: bool) -> Response:
     serializer = s.SearchSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    top_k = data.get("limit") or data["top_k"]
-    scope = serializer.scope()
-    # One user's (agent's, run's) memories are few enough to rank exactly; see hybrid_search.
-    scoped = any(scope.values()) or bool(scope_values(data.get("filters") or {}))
-    embedding = embed_one(data["query"])  # before the transaction: a hosted embedder is HTTP
+    query = analyse(data["query"], reference=data.get("reference_date"))
     with tenant(request) as project:
-        results = matching(request, data).search(
-            data["query"], top_k=top_k, threshold=data["threshold"], exact=scoped,
-            embedding=embedding, reference=data.get("reference_date"),
-        )  # fmt: skip
-        note_access(request, result_count=len(results))
-        # The lineage of what was found, when superseded versions are asked for: a default
-        # search (latest only) is on every LLM call's path and skips this query.
-        linked = (
-            queries.linked_memory_ids(project, [hit.memory.id for hit in results])
-            if not data.get("latest_only", True)
-            else {}
+        found = searching.search(
+            project,
+            matching(request, data),
+            query,
+            top_k=data.get("limit") or data["top_k"],
+            threshold=data["threshold"],
+            # The lineage of what was found, when superseded versions are asked for: a default
+            # search (latest only) is on every LLM call's path and skips this query.
+            linked=not data.get("latest_only", True),
+            relations_of=s.merged_filters(data) if data["enable_graph"] else None,
         )
-        # enable_graph: the relations behind the results, and the entities the query names.
-        relations = (
-            queries.search_relations(
-                project, s.merged_filters(data), data["query"], [hit.memory.id for hit in results]
-            )
-            if data["enable_graph"]
-            else None
-        )
+        note_access(request, result_count=len(found.hits))
     items = [
         {
-            **s.memory_data(r.memory, linked.get(r.memory.id)),
-            "score": round(r.score.score, 6),
+            **s.memory_data(hit.memory, found.linked.get(hit.memory.id)),
+            "score": round(hit.score.score, 6),
             "score_breakdown": {
-                "semantic": round(r.score.semantic, 6),
-                "bm25": round(r.score.bm25, 6),
-                "entity": round(r.score.entity, 6),
+                "semantic": round(hit.score.semantic, 6),
+                "bm25": round(hit.score.bm25, 6),
+                "entity": round(hit.score.entity, 6),
             },
         }
-        for r in results
+        for hit in found.hits
     ]
-    if relations is not None:
+    if found.relations is not None:
         # Mem0 answered graph searches with an object on every version (results, relations).
-        return Response({"results": items, "relations": graph_relations(relations)})
+        return Response({"results": items, "relations": graph_relations(found.relations)})
     return Response({"results": items} if envelope else items)
 
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import DataError
 from django.db.models import Q
 from mcp.server.mcpserver import MCPServer
@@ -35,13 +34,14 @@ from audit.access import access_record, note_access
 from config.exceptions import RefusedError, ServiceUnavailableError, api_exception_handler
 from config.inputs import UnsafeInputError, check_json
 from memory import actions, queries
+from memory import search as searching
 from memory.api import common
 from memory.api import serializers as s
 from memory.api.common import MemoryPagination, actor, matching, tenant
 from memory.mcp.scope import ScopeRefusedError, fixed_filters, scope_ids, within
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent
-from memory.retrieval.filters import scope_values
 from memory.text.embeddings import embed_one
+from memory.text.query import analyse
 from tenants.authentication import request_key
 
 INSTRUCTIONS = (
@@ -225,10 +225,7 @@ def add_memory(
             "get_event_status tells what was stored.",
             {**queued, "message": "Memory processing has been queued for background execution"},
         )
-    vectors = actions.embed_texts(
-        (m.content for m in data["messages"] if m.role != "system"),
-        max_tokens=settings.ENGRAM_MAX_EMBED_TOKENS,
-    )
+    vectors = actions.embed_messages(data["messages"])
     with tenant(request):
         outcome = actions.do_add_messages(
             project,
@@ -262,16 +259,17 @@ def search_memories(
     request = caller.request
     body = {"query": query, "top_k": top_k, "filters": fixed_filters(caller.fixed, filters)}
     data = valid(s.SearchSerializer(data=body))
-    # As the REST search: one scope's memories are few enough to rank exactly.
-    exact = bool(scope_values(data.get("filters") or {}))
-    embedding = embed_one(data["query"])
-    with tenant(request):
-        found = matching(request, data).search(
-            data["query"], top_k=data["top_k"], threshold=data["threshold"], exact=exact,
-            embedding=embedding,
-        )  # fmt: skip
-        note_access(request, result_count=len(found))
-    results = [{**s.memory_data(r.memory), "score": round(r.score.score, 6)} for r in found]
+    analysed = analyse(data["query"])
+    with tenant(request) as project:
+        found = searching.search(
+            project,
+            matching(request, data),
+            analysed,
+            top_k=data["top_k"],
+            threshold=data["threshold"],
+        )
+        note_access(request, result_count=len(found.hits))
+    results = [{**s.memory_data(h.memory), "score": round(h.score.score, 6)} for h in found.hits]
     return answer(lines(results), {"results": results})
 
 
@@ -381,8 +379,10 @@ def delete_all_memories(
         if value is not None:
             s.ScopeIdField().run_validation(value)
     (count,) = delete_scopes([scope_ids(current().fixed, given)])
-    return answer(f"Deleted {count} memories.", {"message": "Memories deleted successfully!",
-                                                  "deleted": count})  # fmt: skip
+    return answer(
+        f"Deleted {count} memories.",
+        {"message": "Memories deleted successfully!", "deleted": count},
+    )
 
 
 @tool(read_only=False, destructive=True)
@@ -425,11 +425,16 @@ def list_entities(*, source: Source = None) -> CallToolResult:
     with tenant(request) as project:
         rows, _ = queries.entities(project)
         found = [
-            {"id": r["entity"], "type": r["kind"], "total_memories": r["total"],
-             "created_at": r["first"].isoformat(), "updated_at": r["last"].isoformat()}
+            {
+                "id": r["entity"],
+                "type": r["kind"],
+                "total_memories": r["total"],
+                "created_at": r["first"].isoformat(),
+                "updated_at": r["last"].isoformat(),
+            }
             for r in rows[:1000]
             if not caller.fixed or caller.fixed.get(queries.ENTITY_TYPES[r["kind"]]) == r["entity"]
-        ]  # fmt: skip
+        ]
         note_access(request, result_count=len(found))
     text = "\n".join(f"- {e['type']} {e['id']}: {e['total_memories']} memories" for e in found)
     return answer(text or "No entities.", {"results": found})

@@ -1,9 +1,10 @@
 """Retrieval: finding memories.
 
-- search.py: hybrid search (semantic and keyword candidates in one SQL statement);
+- search.py: hybrid search (semantic and keyword candidates in one SQL statement), and the
+  choice between an exact scan and the HNSW index;
 - scoring.py: fusing the signals into one score (pure functions);
-- filters.py: the Mem0 filter language compiled to a Django Q (parameters only);
-- embeddings.py: the Embedder interface, the local ONNX model and a hosted API.
+- filters.py: the Mem0 filter language compiled to a Django Q (parameters only).
 
-May import memory.models (and Django, pgvector); never actions, api or extraction.
+The query it ranks with is analysed once, by memory.text.query. May import memory.models and
+memory.text (and Django, pgvector); never the graph, actions, queries, api or extraction.
 """

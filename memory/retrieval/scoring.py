@@ -17,11 +17,6 @@ unrelated one. Every other candidate's is discounted by how far it is behind the
 list's tail as well (bench/locomo.py --calibration reports precision and recall at fixed
 thresholds).
 
-Until 2026-11 both signals were min-max normalised over the candidates, which ranked the same on
-LoCoMo (recall@10 0.741 against 0.738 then) but gave the best candidate of any query, related or
-not, a score of 1.0; and the keyword signal was Postgres' ts_rank, which has no IDF (BM25 moved
-LoCoMo recall@10 from 0.742 to 0.780, MRR from 0.559 to 0.594: docs/benchmarks.md).
-
 Temporal intent: when the query names a time window (memory.text.temporal: "last week",
 "in May 2023", relative to the request's reference date) and some candidates' event times fall in
 it, the others' fused relevance is multiplied by OUT_OF_WINDOW (a boost of the window, not a

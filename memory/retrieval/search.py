@@ -15,11 +15,12 @@ applies:
 - window (when the query names a time window: memory.text.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
 
-Every candidate also gets an entity signal (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the names
-the query may mean that it is linked to (MemoryEntity). The names are what the local recogniser
-finds in the query (memory.text.recognise.query_names) and every run of up to three of its
-words: the database matches them against the scope's own entity names (normalised) by the
-index, so an entity known in lower case ("python") counts as much as a capitalised name.
+Every candidate also gets an entity signal (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the names the
+query may mean that it is linked to (MemoryEntity). The names are the query's analysis
+(memory.text.query): what the local recogniser finds in it (recognise.query_names) and every run of
+up to three of its words: the database matches them against the scope's own entity names
+(normalised) by the index, so an entity known in lower case ("python") counts as much as a
+capitalised name.
 
 The scope's entity names are also matched by meaning (unless ENGRAM_SEARCH_ENTITY_SIMILARITY is
 0, and only when the filters pin a scope id): the query's words that are not part of a name it
@@ -29,11 +30,6 @@ those out ranked the same, at 2.6 ms less for the slowest 5 % of searches), and 
 whose vectors (EntityVector) are within that cosine similarity of one of them count too, at a
 discount (scoring.SIMILAR_NAME_WEIGHT). A CTE finds them once.
 
-Until 2026-11-26 the memories linked to those names were candidates of their own as well (the 30
-closest in meaning): on LoCoMo the results ranked exactly as well without them (recall@10 0.781,
-MRR 0.596: a memory linked to a name the query says has the name's words, which BM25 matches) at
-2.6 ms less per search (the exact distance of every memory linked to the speaker's name).
-
 The outer query computes every signal for every candidate (for the entity signal, the query's
 names each candidate is linked to); scoring.fuse() combines them.
 """
@@ -41,10 +37,7 @@ names each candidate is linked to); scoring.fuse() combines them.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -53,9 +46,8 @@ from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import Col, RawSQL
-from django.db.models.lookups import Exact
-from django.db.models.sql.where import AND, WhereNode
-from django.utils import timezone
+from django.db.models.lookups import Exact, In
+from django.db.models.sql.where import AND, OR, WhereNode
 
 from memory.models import (
     SCOPE_FIELDS,
@@ -65,9 +57,8 @@ from memory.models import (
     MemoryQuerySet,
 )
 from memory.retrieval.scoring import BM25_B, BM25_K1, TERM_WEIGHTS, Score, Signals, fuse
-from memory.text.embeddings import embed_one, embed_words, vocabulary_words
-from memory.text.recognise import query_names, query_words
-from memory.text.temporal import Window, time_window
+from memory.text.query import Query
+from memory.text.temporal import Window
 from tenants.replica import fetch_all
 
 # Each signal's best this many (or top_k, if more) are candidates. On LoCoMo (bench/locomo.py)
@@ -84,9 +75,6 @@ WINDOW_CANDIDATES = 30
 WINDOW_ROWS = 2000
 # Entity names matched by meaning: at most this many, the closest to a query word first.
 SIMILAR_NAMES = 20
-# Query words' vectors kept per process (their text form, about 3.5 kB each): the local model's
-# are looked up (embeddings.embed_words); a hosted embedder is asked for them.
-WORD_CACHE = 2048
 # The CTE of the names matched by meaning, and the test of a link's name against it.
 SIMILAR_CTE = "similar_names"
 IN_SIMILAR = "{column} IN (SELECT s.entity_name FROM similar_names s)"
@@ -181,11 +169,29 @@ KEYWORD_COLUMN = "coalesce(keyword_scores.bm25, 0)"
 
 # Every column but the embedding and the keyword document, in this order.
 FIELD_NAMES = [
-    "id", "project_id", "user_id", "agent_id", "app_id", "run_id", "text", "hash", "metadata",
-    "categories", "role", "actor_id", "created_at", "updated_at", "expiration_date",
-    "structured_attributes", "state", "replaced_by_id", "immutable", "source_event_id",
-    "source_positions", "conversation_id",
-]  # fmt: skip
+    "id",
+    "project_id",
+    "user_id",
+    "agent_id",
+    "app_id",
+    "run_id",
+    "text",
+    "hash",
+    "metadata",
+    "categories",
+    "role",
+    "actor_id",
+    "created_at",
+    "updated_at",
+    "expiration_date",
+    "structured_attributes",
+    "state",
+    "replaced_by_id",
+    "immutable",
+    "source_event_id",
+    "source_positions",
+    "conversation_id",
+]
 # Timestamps travel as text and are parsed for the winners only: Django's timezone-aware
 # loader costs more per candidate row than the rest of the row together.
 TEXT_TIMESTAMPS = ("created_at", "updated_at")
@@ -203,32 +209,32 @@ class ScoredMemory:
 
 def hybrid_search(
     queryset: MemoryQuerySet,
-    query: str,
+    query: Query,
     *,
     top_k: int,
     threshold: float,
-    embedding: list[float] | None = None,
-    exact: bool = False,
-    reference: datetime | None = None,
+    exact: bool | None = None,
 ) -> list[ScoredMemory]:
     """Return up to top_k memories of `queryset` best matching `query`, best first.
 
-    A time window the query names ("last week", relative to `reference`, else now) adds the
-    memories whose event time falls in it as candidates and demotes the others
-    (memory.text.temporal, scoring.OUT_OF_WINDOW).
+    A time window the query names ("last week") adds the memories whose event time falls in it
+    as candidates and demotes the others (memory.text.temporal, scoring.OUT_OF_WINDOW).
 
-    `exact` ranks the scope's rows by exact distance instead of letting the planner walk the
-    HNSW index. Measured at 100k memories (bench/search.py): for one user's scope (up to
-    thousands of rows) the exact scan is as fast or faster (7k rows: 26 ms against 42 ms), since a
-    filtered HNSW scan visits many nodes outside the scope; HNSW wins on large unscoped searches.
+    The strategy is chosen here, for every caller: a queryset bounded to the scopes it names (a
+    user's, agent's or run's memories: scope_bounded) is ranked by exact distance; anything
+    wider lets the planner walk the HNSW index. Measured at 100k memories (bench/search.py): for
+    one user's scope (up to thousands of rows) the exact scan is as fast or faster (7k rows:
+    26 ms against 42 ms), since a filtered HNSW scan visits many nodes outside the scope; HNSW
+    wins on large unscoped searches. `exact` overrides the choice (the benchmarks time both).
     """
-    vector = embedding if embedding is not None else embed_one(query)
-    vector_literal = _literal(vector)
+    if exact is None:
+        exact = scope_bounded(queryset)
+    vector_literal = query.vector
     weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
-    names = query_names(query) if weight > 0 else []
+    names = list(query.names)
+    window = query.window
     # The scope ids the filters pin: the names matched by meaning are the pinned scope's.
     similar = _similar_names(_pinned_scope(queryset), query, names) if names else None
-    window = time_window(query, reference or timezone.now())
     try:
         candidates, candidate_params = _candidate_queries(
             queryset, vector_literal, exact=exact, top_k=top_k, window=window
@@ -242,7 +248,7 @@ def hybrid_search(
     # entity column is probed on the unique (memory, entity_name) index, once per candidate. The
     # names matched by meaning are found once, in a CTE the entity column reads (the query words'
     # vectors are sent once, in a CTE of their own: a dozen words' are 40 kB of text).
-    ctes, cte_params = _keyword_ctes(queryset, query)
+    ctes, cte_params = _keyword_ctes(queryset, query.text)
     if similar is not None:
         similar_sql, similar_params = _similar_ctes(*similar)
         ctes, cte_params = f"{similar_sql}, {ctes}", (*similar_params, *cte_params)
@@ -265,9 +271,12 @@ def hybrid_search(
         f"{OUTER_FROM}(" + " UNION ".join(f"({c})" for c in candidates) + ")"
     )
     params = (
-        *cte_params, *((window.start, window.end) if window else ()),
-        vector_literal, *entity_params, *candidate_params,
-    )  # fmt: skip
+        *cte_params,
+        *((window.start, window.end) if window else ()),
+        vector_literal,
+        *entity_params,
+        *candidate_params,
+    )
     # On the read replica when one is configured and caught up, else the primary.
     rows = fetch_all(sql, params)
     # Fusion needs every candidate's signals; model instances are built for the winners only.
@@ -363,7 +372,7 @@ def _keyword_ctes(queryset: MemoryQuerySet, query: str) -> tuple[str, tuple[Any,
 
 
 def _similar_names(
-    pinned: dict[str, Any], query: str, names: list[str]
+    pinned: dict[str, Any], query: Query, names: list[str]
 ) -> tuple[QuerySet[EntityVector, dict[str, Any]], str] | None:
     """The names of the `pinned` project and scope (_pinned_scope) close in meaning to a word of
     the query (a values queryset of `entity_name`, reading the words' vectors from WORDS_CTE)
@@ -374,12 +383,9 @@ def _similar_names(
     similarity = settings.ENGRAM_SEARCH_ENTITY_SIMILARITY
     scope = {name: value for name, value in pinned.items() if name in SCOPE_FIELDS}
     project = pinned.get("project_id")
-    if similarity <= 0 or project is None or not scope:
+    vectors = query.word_vectors
+    if similarity <= 0 or project is None or not scope or vectors is None:
         return None
-    words = vocabulary_words(query_words(query))
-    if not words:
-        return None
-    vectors = "{" + ",".join(f'"{v}"' for v in _word_vectors(words)) + "}"
     names_query = (
         EntityVector.objects.filter(project_id=project, **scope)
         .exclude(entity_name__in=names)
@@ -404,29 +410,34 @@ def _similar_ctes(
     return sql, (vectors, *names_params)
 
 
-_word_cache: OrderedDict[str, str] = OrderedDict()
-_word_lock = threading.Lock()
+def scope_bounded(queryset: MemoryQuerySet) -> bool:
+    """Whether the queryset holds only memories of scopes it names: a scope id equal to a value
+    or in a list of values, required at the top of its filter (under AND) or in every branch of
+    an OR. A negated condition bounds nothing (`user_id != 'bob'` is nearly everyone)."""
+
+    def bounded(node: WhereNode) -> bool:
+        if node.negated:
+            return False
+        children = [
+            bounded(child) if isinstance(child, WhereNode) else _names_scope(child)
+            for child in node.children
+        ]
+        if node.connector == OR:
+            return bool(children) and all(children)
+        return node.connector == AND and any(children)
+
+    return bounded(queryset.query.where)
 
 
-def _word_vectors(words: list[str]) -> list[str]:
-    """The words' vectors in pgvector's text form, the ones not cached embedded in one batch."""
-    with _word_lock:
-        found = {w: _word_cache[w] for w in words if w in _word_cache}
-        for w in found:
-            _word_cache.move_to_end(w)
-    missing = [w for w in words if w not in found]
-    if missing:
-        made = {w: _literal(v) for w, v in zip(missing, embed_words(missing), strict=True)}
-        with _word_lock:
-            _word_cache.update(made)
-            while len(_word_cache) > WORD_CACHE:
-                _word_cache.popitem(last=False)
-        found.update(made)
-    return [found[w] for w in words]
-
-
-def _literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+def _names_scope(lookup: Any) -> bool:
+    """A lookup `scope_id = 'value'` or `scope_id IN (values)` on the memory table."""
+    return (
+        isinstance(lookup, Exact | In)
+        and isinstance(lookup.lhs, Col)
+        and lookup.lhs.target.model is Memory
+        and lookup.lhs.target.name in SCOPE_FIELDS
+        and isinstance(lookup.rhs, str | list | tuple)
+    )
 
 
 def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, Any]:

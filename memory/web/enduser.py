@@ -39,10 +39,12 @@ from config.exceptions import RefusedError
 from config.inputs import text_problem
 from config.redaction import redact_page_path
 from memory import actions, queries
+from memory import search as searching
 from memory.actions import Actor
 from memory.models import Memory, MemoryHistory
 from memory.parts import describe
 from memory.text.embeddings import embed_one
+from memory.text.query import analyse
 from tenants import links
 from tenants.db import project_context
 from tenants.models import Project
@@ -50,7 +52,6 @@ from tenants.models import Project
 PAGE_SIZE = 20
 # A search ranks the user's memories and pages through the best ones.
 SEARCH_RESULTS = 100
-SEARCH_THRESHOLD = 0.1  # the API's default
 MAX_QUERY_CHARS = 500
 # Who made a change, as the user is told (memory.actions.Actor kinds).
 ACTORS = {
@@ -157,22 +158,23 @@ def home(request: HttpRequest, me: EndUser) -> HttpResponse:
     error = ""
     if len(query) > MAX_QUERY_CHARS:
         error, query = f"Search for at most {MAX_QUERY_CHARS} characters.", ""
-    embedding = embed_one(query) if query else None  # before the transaction: may be HTTP
+    analysed = analyse(query) if query else None  # before the transaction: may be HTTP
     with me.context():
         mine = queries.user_memories(me.project_id, me.user_id).light()
-        if embedding is not None:
-            hits = mine.search(
-                query, top_k=SEARCH_RESULTS, threshold=SEARCH_THRESHOLD, embedding=embedding,
-                exact=True,
-            )  # fmt: skip
+        if analysed is not None:
+            hits = searching.search(me.project_id, mine, analysed, top_k=SEARCH_RESULTS).hits
             found: Any = [hit.memory for hit in hits]
         else:
             found = mine
         page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
         context = {
-            "me": me, "project": _project(me), "page": page, "q": query, "error": error,
+            "me": me,
+            "project": _project(me),
+            "page": page,
+            "q": query,
+            "error": error,
             "section": "memories",
-        }  # fmt: skip
+        }
         return render(request, "web/enduser/home.html", context, status=400 if error else 200)
 
 

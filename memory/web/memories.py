@@ -1,7 +1,7 @@
 """A project's scopes, a scope's memories (hybrid search, filters) and one memory's page.
 
-Reads go through memory.queries (search through the same hybrid_search as the API, via
-MemoryQuerySet.search); every change through memory.actions with the staff member as actor.
+Reads go through memory.queries (search through the same use case as the API,
+memory.search); every change through memory.actions with the staff member as actor.
 Each view runs in its project's tenant context (memory.web.common.operator_page); the edit,
 delete and restore endpoints answer 403 to readers and redirect back with a message (PRG).
 """
@@ -26,18 +26,22 @@ from django.views.decorators.http import require_POST
 from config.exceptions import RefusedError, ServiceUnavailableError
 from config.inputs import UnsafeInputError, check_json
 from memory import actions, queries
+from memory import search as searching
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
-from memory.text.embeddings import embed_one
+from memory.text.query import Query, analyse
 from memory.web.common import Dashboard, operator_page
 from tenants.db import project_context
 
 PAGE_SIZE = 25
 SEARCH_RESULTS = 50
-SEARCH_THRESHOLD = 0.1  # the API's default (memory.api.serializers.SearchSerializer)
 SCOPES_SHOWN = 25  # per kind on the project page: the top ids by count, narrowed by a filter
 QUERY_MAX_LENGTH = 4000  # as the API's search query
-STATES = {"active": Memory.State.ACTIVE, "superseded": Memory.State.SUPERSEDED,
-          "deleted": Memory.State.DELETED, "all": None}  # fmt: skip
+STATES = {
+    "active": Memory.State.ACTIVE,
+    "superseded": Memory.State.SUPERSEDED,
+    "deleted": Memory.State.DELETED,
+    "all": None,
+}
 KIND_LABELS = {"user": "Users", "agent": "Agents", "app": "Apps", "run": "Runs"}
 
 
@@ -54,9 +58,11 @@ class MemoryFilterForm(forms.Form):
     """The memory list's GET parameters; every one optional, each checked here."""
 
     q = forms.CharField(
-        required=False, max_length=QUERY_MAX_LENGTH, label="Search (by meaning and words)",
+        required=False,
+        max_length=QUERY_MAX_LENGTH,
+        label="Search (by meaning and words)",
         widget=forms.TextInput(attrs={"type": "search"}),
-    )  # fmt: skip
+    )
     user_id = _scope_field("User")
     agent_id = _scope_field("Agent")
     app_id = _scope_field("App")
@@ -162,27 +168,28 @@ def memory_list(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     """A scope's memories: newest first, 25 a page; with `q`, the hybrid search's top 50."""
     form = MemoryFilterForm(request.GET)
     context: dict[str, Any] = {
-        "section": "memories", "form": form, "page": None, "hits": None,
-        "threshold": SEARCH_THRESHOLD,
-    }  # fmt: skip
+        "section": "memories",
+        "form": form,
+        "page": None,
+        "hits": None,
+        "threshold": searching.DEFAULT_THRESHOLD,
+    }
     valid = form.is_valid()
-    query = form.cleaned_data["q"] if valid else ""
-    embedding = None
-    if query:
+    text = form.cleaned_data["q"] if valid else ""
+    query: Query | None = None
+    if text:
         try:
-            embedding = embed_one(query)
+            query = analyse(text)
         except ServiceUnavailableError as error:  # a hosted embedder that failed
             form.add_error("q", f"Search is unavailable: {error}")
     with project_context(dash.project.pk):
         if valid:
             found = form.memories(dash.project.pk)
-            if embedding is not None:
-                # One scope's rows are few enough to rank exactly, as the API does.
-                context["hits"] = found.search(
-                    query, top_k=SEARCH_RESULTS, threshold=SEARCH_THRESHOLD,
-                    exact=bool(form.scope()), embedding=embedding,
-                )  # fmt: skip
-            elif not query:
+            if query is not None:
+                context["hits"] = searching.search(
+                    dash.project.pk, found, query, top_k=SEARCH_RESULTS
+                ).hits
+            elif not text:
                 context["page"] = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
             context["scope"] = form.scope()
         return render(request, "web/operator/memories.html", context)

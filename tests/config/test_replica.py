@@ -28,8 +28,9 @@ from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
 from memory.models import Memory
-from memory.retrieval.search import OUTER_FROM
+from memory.retrieval.search import OUTER_FROM, hybrid_search
 from memory.text.embeddings import embed_one
+from memory.text.query import analyse
 from tenants import replica as routing
 from tenants.actions import NewApiKey
 from tenants.db import project_context
@@ -331,8 +332,8 @@ def test_it_keeps_a_writing_transactions_search_on_the_primary(replica: Standby)
     project = key.key.project_id
     with project_context(project), CaptureQueriesContext(connections[routing.REPLICA]) as standby:
         make_memory(project, "User likes green tea", embedding=embed_one("green tea"))
-        found = Memory.objects.filter(project_id=project).search(
-            "green tea", top_k=5, threshold=0.1
+        found = hybrid_search(
+            Memory.objects.filter(project_id=project), analyse("green tea"), top_k=5, threshold=0.1
         )
     assert [hit.memory.text for hit in found] == ["User likes green tea"]
     assert not any(SEARCH_STATEMENT in q["sql"] for q in standby.captured_queries)

@@ -20,7 +20,8 @@ from memory.models import TEXT_SEARCH_CONFIG, Memory
 from memory.queries import scope_memories
 from memory.retrieval import search
 from memory.retrieval.scoring import BM25_B, BM25_K1, bounded_keyword
-from memory.retrieval.search import LEXEME_QUERY
+from memory.retrieval.search import LEXEME_QUERY, hybrid_search
+from memory.text.query import analyse
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts
@@ -56,11 +57,10 @@ class KeywordSignalTestCase(BaseTestCase):
 
     def keyword_signals(self, query: str) -> dict[str, float]:
         with project_context(self.project.pk):
-            hits = (
-                scope_memories(self.project.pk, scope_of("alice"))
-                .active()
-                .search(query, top_k=20, threshold=0)
-            )
+            hits = hybrid_search(
+                scope_memories(self.project.pk, scope_of("alice")).active(),
+                analyse(query), top_k=20, threshold=0,
+            )  # fmt: skip
         return {h.memory.text: h.score.bm25 for h in hits}
 
     def expected(self, query: str) -> dict[str, float]:
@@ -189,11 +189,10 @@ class LargeScopeTestCase(BaseTestCase):
             # Unless every query word is that frequent.
             assert len(self.matched("Caroline")) == 5
             with project_context(self.project.pk):
-                hits = (
-                    scope_memories(self.project.pk, scope_of("dana"))
-                    .active()
-                    .search("Caroline pottery", top_k=5, threshold=0)
-                )
+                hits = hybrid_search(
+                    scope_memories(self.project.pk, scope_of("dana")).active(),
+                    analyse("Caroline pottery"), top_k=5, threshold=0,
+                )  # fmt: skip
         # The word still counts in its matches' scores: the memory with both words first; the
         # others (semantic candidates here) have no keyword signal but the one whose context
         # has "pottery".

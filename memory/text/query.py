@@ -1,0 +1,95 @@
+"""A search query, analysed once: its embedding, the names it may mean, the words matched against
+the scope's entity names by meaning (with their vectors), and the time window it names.
+
+Every entry point analyses the query text with analyse() before it opens its transaction (a
+hosted embedder is an HTTP call, which must never hold a transaction open) and passes the
+Query down: hybrid search ranks with it, and the graph relations a search answers with are
+found by its names. Nothing below analyses the text again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+from memory.text.embeddings import embed_one, embed_words, vocabulary_words
+from memory.text.recognise import query_names, query_words
+from memory.text.temporal import Window, time_window
+
+# Query words' vectors kept per process (their text form, about 3.5 kB each): the local model's
+# are looked up (embeddings.embed_words); a hosted embedder is asked for them.
+WORD_CACHE = 2048
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str
+    # The query's embedding, in pgvector's text form.
+    vector: str
+    # Normalised names the query may mean (recognise.query_names); empty when the entity signal
+    # is off (ENGRAM_SEARCH_ENTITY_WEIGHT 0).
+    names: tuple[str, ...]
+    # The query words matched against the scope's entity names by meaning, in pgvector's text
+    # form (a vector[] literal), or None: matching by meaning is off, or no word to match.
+    word_vectors: str | None
+    # The time window the query names ("last week"), relative to the reference time.
+    window: Window | None
+
+
+def analyse(
+    text: str, *, reference: datetime | None = None, embedding: Sequence[float] | None = None
+) -> Query:
+    """Analyse a search query. `reference` is the time "last week" counts back from (else now);
+    `embedding`, if the caller has it already, is used instead of embedding the text."""
+    vector = literal(embedding if embedding is not None else embed_one(text))
+    names = tuple(query_names(text)) if settings.ENGRAM_SEARCH_ENTITY_WEIGHT > 0 else ()
+    return Query(
+        text=text,
+        vector=vector,
+        names=names,
+        word_vectors=_word_vectors_of(text) if names else None,
+        window=time_window(text, reference or timezone.now()),
+    )
+
+
+def literal(vector: Sequence[float]) -> str:
+    """A vector in pgvector's text form."""
+    return "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+
+
+def _word_vectors_of(text: str) -> str | None:
+    """The vector[] literal of the query words matched by meaning, or None (see Query)."""
+    if settings.ENGRAM_SEARCH_ENTITY_SIMILARITY <= 0:
+        return None
+    # Only the words the local model's vocabulary has: a word outside it would cost a model run.
+    words = vocabulary_words(query_words(text))
+    if not words:
+        return None
+    return "{" + ",".join(f'"{v}"' for v in _word_vectors(words)) + "}"
+
+
+_word_cache: OrderedDict[str, str] = OrderedDict()
+_word_lock = threading.Lock()
+
+
+def _word_vectors(words: list[str]) -> list[str]:
+    """The words' vectors in pgvector's text form, the ones not cached embedded in one batch."""
+    with _word_lock:
+        found = {w: _word_cache[w] for w in words if w in _word_cache}
+        for w in found:
+            _word_cache.move_to_end(w)
+    missing = [w for w in words if w not in found]
+    if missing:
+        made = {w: literal(v) for w, v in zip(missing, embed_words(missing), strict=True)}
+        with _word_lock:
+            _word_cache.update(made)
+            while len(_word_cache) > WORD_CACHE:
+                _word_cache.popitem(last=False)
+        found.update(made)
+    return [found[w] for w in words]

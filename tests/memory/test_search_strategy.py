@@ -1,0 +1,86 @@
+"""Search chooses between the exact scan and the HNSW index in one place, for every caller
+(memory.retrieval.search.scope_bounded): exact when the memories searched are bounded to the
+scopes the filter names, the index otherwise."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from memory import queries
+from memory.retrieval.filters import compile_filters
+from memory.retrieval.search import STATEMENT_STARTS, scope_bounded
+from tests.base import BaseTestCase
+from tests.factory import add_texts, auth
+
+PROJECT = uuid.uuid4()
+# The semantic candidates' order, as the statement has it (the query vector interpolated).
+EXACT = re.compile(r"ORDER BY \(\(embedding <=> '[^']+'::vector\) \+ 0\) ASC")
+INDEXED = re.compile(r"ORDER BY \(embedding <=> '[^']+'::vector\) ASC")
+
+BOUNDED = [
+    {"user_id": "alice"},
+    {"user_id": 42},
+    {"user_id": {"eq": "alice"}},
+    {"user_id": {"in": ["alice", "bob"]}},
+    {"AND": [{"user_id": "alice"}, {"categories": {"in": ["food"]}}]},
+    {"OR": [{"user_id": "alice"}, {"agent_id": "helper"}]},
+    {"user_id": "alice", "OR": [{"categories": {"in": ["food"]}}, {"keywords": "tea"}]},
+]
+UNBOUNDED = [
+    {},
+    {"user_id": "*"},
+    {"user_id": {"ne": "alice"}},
+    {"NOT": [{"user_id": "alice"}]},
+    {"OR": [{"user_id": "alice"}, {"categories": {"in": ["food"]}}]},
+    {"categories": {"in": ["food"]}},
+]
+
+
+@pytest.mark.parametrize("filters", BOUNDED)
+def test_a_search_bounded_to_named_scopes_ranks_exactly(filters: dict[str, Any]) -> None:
+    assert scope_bounded(queries.matching(PROJECT, compile_filters(filters)))
+
+
+@pytest.mark.parametrize("filters", UNBOUNDED)
+def test_a_wider_search_walks_the_index(filters: dict[str, Any]) -> None:
+    assert not scope_bounded(queries.matching(PROJECT, compile_filters(filters)))
+
+
+def test_the_dashboards_selections_are_bounded_by_their_scope() -> None:
+    assert scope_bounded(queries.user_memories(PROJECT, "alice"))
+    assert scope_bounded(queries.browse_memories(PROJECT, scope={"agent_id": "helper"}))
+    assert not scope_bounded(queries.browse_memories(PROJECT, scope={}))
+
+
+class SearchStatementTestCase(BaseTestCase):
+    """Through the API: the exact scan hides the distance from the index ("(embedding <=> …) +
+    0"), the index path orders by the bare operator."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        add_texts(self.alice.key.project, ["I drink green tea"], user_id="alice")
+
+    def statement(self, filters: dict[str, Any]) -> str:
+        with CaptureQueriesContext(connection) as captured:
+            response = self.client.post(
+                "/v2/memories/search/", {"query": "tea", "filters": filters},
+                content_type="application/json", headers=auth(self.alice.raw),
+            )  # fmt: skip
+        assert response.status_code == 200, response.content
+        (sql,) = [
+            q["sql"] for q in captured.captured_queries if q["sql"].startswith(STATEMENT_STARTS)
+        ]
+        return sql
+
+    def test_a_users_search_is_exact_and_a_wildcard_one_uses_the_index(self) -> None:
+        assert EXACT.search(self.statement({"user_id": "alice"}))
+        assert EXACT.search(self.statement({"OR": [{"user_id": "alice"}, {"user_id": "bob"}]}))
+        wide = self.statement({"user_id": "*"})
+        assert INDEXED.search(wide)
+        assert not EXACT.search(wide)
