@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest
 from django.urls import Resolver404, resolve
 from django.utils import timezone
@@ -39,6 +38,8 @@ from tenants.models import KEY_PREFIX_LENGTH, ApiKey
 
 SCOPE_KEYS = ("user_id", "agent_id", "app_id", "run_id")
 _ATTRIBUTE = "_engram_access"
+# An API key's last_used_at is refreshed at most this often, so reads do not write every time.
+KEY_LAST_USED_RESOLUTION_SECONDS = 60
 
 
 @dataclass
@@ -170,6 +171,6 @@ def write_row(request: Request | HttpRequest, status: int) -> None:
     )
     if key is not None:
         now = timezone.now()
-        stale = now - timedelta(seconds=settings.ENGRAM_KEY_LAST_USED_RESOLUTION_SECONDS)
+        stale = now - timedelta(seconds=KEY_LAST_USED_RESOLUTION_SECONDS)
         if key.last_used_at is None or key.last_used_at < stale:
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)

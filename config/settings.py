@@ -1,6 +1,6 @@
 """engram settings. Every value comes from the environment, read through config.env helpers.
 
-See README.md § Configuration for the full list of variables.
+docs/configuration.md documents every variable, with its default.
 """
 
 from __future__ import annotations
@@ -234,8 +234,6 @@ if ENGRAM_PUBLIC_URL and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", ENG
     raise ImproperlyConfigured(
         f"ENGRAM_PUBLIC_URL={ENGRAM_PUBLIC_URL!r} must be an http(s) URL (no query)."
     )
-# An API key's last_used_at is refreshed at most this often, so reads do not write every time.
-ENGRAM_KEY_LAST_USED_RESOLUTION_SECONDS = 60
 
 # A JSON body (or query-string filter) may hold at most this many values in all (config.inputs).
 ENGRAM_MAX_JSON_NODES = env_int("ENGRAM_MAX_JSON_NODES", 50_000, minimum=100)
@@ -300,10 +298,13 @@ if ENGRAM_EMBEDDER == "openai-compatible" and not ENGRAM_EMBEDDING_URL:
     )
 # Limits on what a request may carry (each is a 400 with a clear detail when exceeded).
 # One limit for every text written: a message, a memory's new text, a feedback reason, and the
-# JSON text of metadata, categories and an export schema. (ENGRAM_MAX_MESSAGE_CHARS: old name.)
-ENGRAM_MAX_TEXT_CHARS = env_int(
-    "ENGRAM_MAX_TEXT_CHARS", env_int("ENGRAM_MAX_MESSAGE_CHARS", 20_000, minimum=100), minimum=100
-)
+# JSON text of metadata, categories and an export schema.
+if env_str("ENGRAM_MAX_MESSAGE_CHARS", ""):
+    raise ImproperlyConfigured(
+        "ENGRAM_MAX_MESSAGE_CHARS is no longer read: set ENGRAM_MAX_TEXT_CHARS instead (the same "
+        "limit, on every text written)."
+    )
+ENGRAM_MAX_TEXT_CHARS = env_int("ENGRAM_MAX_TEXT_CHARS", 20_000, minimum=100)
 ENGRAM_MAX_MESSAGES = env_int("ENGRAM_MAX_MESSAGES", 500, minimum=1)
 # The embedding work one request may ask for: the tokens of the texts it has embedded on the
 # request path (add with infer=false, PUT /v1/batch/, the MCP add), each text at most 256 (the
@@ -360,7 +361,7 @@ ENGRAM_SEARCH_ENTITY_SIMILARITY = env_float(
 ENGRAM_CONVERSATION_GAP_SECONDS = env_int("ENGRAM_CONVERSATION_GAP_SECONDS", 1800, minimum=0)
 
 # --- Extraction (Claude) and the job queue ----------------------------------------------------
-# Without a key, a deterministic offline extractor stands in (see memory/extraction/llm.py).
+# Without a key, a deterministic offline extractor stands in (see memory/extraction/llm/offline.py).
 ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_optional("ANTHROPIC_BASE_URL")
 ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL", "claude-haiku-5-5")
@@ -369,11 +370,6 @@ ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
 # Graph extraction (entities, relations, contradictions) after fact extraction: up to three more
 # model calls per add request that stores new memories. Off: facts only.
 ENGRAM_GRAPH_EXTRACTION = env_bool("ENGRAM_GRAPH_EXTRACTION", True)
-# The decide step shows the model only the existing memories at least this similar (cosine) to
-# a candidate fact; a fact with none is ADDed without a model call.
-ENGRAM_DECIDE_SIMILARITY_FLOOR = env_float(
-    "ENGRAM_DECIDE_SIMILARITY_FLOOR", 0.3, minimum=-1, maximum=1
-)
 # The scope's running summary (context for extraction) is refreshed once every this many
 # processed add requests, folding them in together (one model call instead of one per request).
 ENGRAM_SUMMARY_EVERY = env_int("ENGRAM_SUMMARY_EVERY", 3, minimum=1)
@@ -385,7 +381,7 @@ ENGRAM_MAX_DELETES_PER_EVENT = env_int("ENGRAM_MAX_DELETES_PER_EVENT", 3, minimu
 # Retries inside one attempt (the SDK backs off on 429 and 5xx), then the event is retried.
 ENGRAM_LLM_MAX_RETRIES = env_int("ENGRAM_LLM_MAX_RETRIES", 2, minimum=0)
 # Attempts per event, each counted when a worker claims it, before it is FAILED. A failure that
-# cannot succeed on a retry (a malformed payload, a value out of range: pipeline.PERMANENT)
+# cannot succeed on a retry (a malformed payload, a value out of range: extraction.claims.PERMANENT)
 # fails it at once; others are retried after ENGRAM_EVENT_BACKOFF_MS x 2^attempts, no sooner than
 # the model's Retry-After, at most 5 min (extraction.pipeline.backoff). With the defaults the
 # waits add up to 2 + 4 + ... + 256 + 300 s = 13.5 min: a model API outage that long is waited out.
@@ -395,7 +391,7 @@ ENGRAM_EVENT_BACKOFF_MS = env_int("ENGRAM_EVENT_BACKOFF_MS", 1000, minimum=1)
 # call, the retrieval, applying), so it must cover one step, not the whole job. The default is
 # the worst case of one model call: ENGRAM_LLM_TIMEOUT per try x (ENGRAM_LLM_MAX_RETRIES + 1)
 # tries, plus the SDK's backoff between tries (at most 8 s each), plus a minute for the rest of
-# a step (a model's Retry-After over 8 s ends the attempt: memory.extraction.llm). Once it lapses
+# a step (a model's Retry-After over 8 s ends the attempt: extraction.llm.claude). Once it lapses
 # (a dead worker), a re-delivered message may claim the event again; a worker that outlived its
 # lease finds its claim token replaced at its next step and drops the event, writing nothing.
 ENGRAM_EVENT_LEASE_SECONDS = env_int(

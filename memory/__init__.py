@@ -6,7 +6,7 @@ Layers, each importing only from the layers below it:
         entry points: parse and check input, embed text, then call actions and queries
         inside one tenant context (tenants.db.project_context)
     actions.py      the only writers of memory state: one transaction each, history rows, rules
-    queries.py      the only readers: request-free, by project and typed arguments
+    queries/        the only readers: request-free, by project and typed arguments
     retrieval/      search, scoring, the filter language, embeddings
     models.py       Memory, MemoryHistory, MemoryEvent, ...; search as a QuerySet method
 """

@@ -61,10 +61,21 @@ class MemoryAdmin(ProjectScopedAdmin[Memory]):
     show_full_result_count = False
     actions = ("restore",)
     fields = (
-        "text", "metadata", "expiration_date", *SCOPE_COLUMNS, "state", "replaced_by",
-        "categories", "immutable", "role", "actor_id", "created_at", "updated_at",
-        "source_event_id", "source_positions",
-    )  # fmt: skip
+        "text",
+        "metadata",
+        "expiration_date",
+        *SCOPE_COLUMNS,
+        "state",
+        "replaced_by",
+        "categories",
+        "immutable",
+        "role",
+        "actor_id",
+        "created_at",
+        "updated_at",
+        "source_event_id",
+        "source_positions",
+    )
     readonly_fields = fields[3:]
 
     @admin.display(description="memory")

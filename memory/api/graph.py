@@ -1,4 +1,4 @@
-"""The graph (issue #9): the relations of a scope, paged, and a traversal from one entity.
+"""The graph: the relations of a scope, paged, and a traversal from one entity.
 
 Both read the way search filters (memory.queries.graph_edges): the scope ids named must match
 ("*": any value), the others must be unset, at least one has a value; other filter conditions

@@ -1,4 +1,4 @@
-"""Redaction of one memory: its text removed for good from every store (GDPR, issue #10)."""
+"""Redaction of one memory: its text removed for good from every store (GDPR)."""
 
 from __future__ import annotations
 

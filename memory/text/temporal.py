@@ -24,11 +24,35 @@ MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
 MONTHS["sept"] = 9
 WEEKDAYS = {name.lower(): i for i, name in enumerate(calendar.day_name)}
-UNITS = {"day": "day", "days": "day", "week": "week", "weeks": "week", "month": "month",
-         "months": "month", "year": "year", "years": "year"}  # fmt: skip
-NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-           "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "a couple of": 2,
-           "a few": 3, "couple of": 2, "few": 3}  # fmt: skip
+UNITS = {
+    "day": "day",
+    "days": "day",
+    "week": "week",
+    "weeks": "week",
+    "month": "month",
+    "months": "month",
+    "year": "year",
+    "years": "year",
+}
+NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twelve": 12,
+    "a couple of": 2,
+    "a few": 3,
+    "couple of": 2,
+    "few": 3,
+}
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
 LATEST = datetime(9999, 12, 30, tzinfo=UTC)
@@ -67,7 +91,7 @@ _PATTERNS = [
         re.compile(r"\b(?P<which>this|last|past|previous)\s+(?P<unit>week|month|year)\b", re.I),
     ),
     ("weekday", re.compile(rf"\b(?P<which>last|on|this)\s+(?P<day>{_WEEKDAY})\b", re.I)),
-]  # fmt: skip
+]
 
 
 @dataclass(frozen=True)

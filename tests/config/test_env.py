@@ -86,6 +86,15 @@ def test_it_runs_the_suite_with_the_generated_local_key() -> None:
         assert Path(key_file).stat().st_mode & 0o077 == 0
 
 
+def test_it_refuses_the_old_name_of_the_text_limit() -> None:
+    result = start_django(
+        DATABASE_URL="postgresql://u:p@127.0.0.1:1/x", ENGRAM_SECRET_KEY=KEY,
+        ENGRAM_MAX_MESSAGE_CHARS="5000",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "set ENGRAM_MAX_TEXT_CHARS instead" in result.stderr
+
+
 def test_it_requires_a_database_url() -> None:
     result = start_django(ENGRAM_ENV="local", ENGRAM_SECRET_KEY=KEY)
     assert result.returncode != 0

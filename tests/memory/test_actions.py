@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,7 +19,8 @@ from django.utils import timezone
 
 from memory import actions, queries
 from memory.actions import Actor, BatchUpdate, ImmutableMemoryError, NewMemory
-from memory.extraction.llm import ClaudeExtractor
+from memory.extraction import decide
+from memory.extraction.llm.claude import ClaudeExtractor
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants.db import project_context
@@ -158,7 +160,7 @@ class OneActionManyCallersTestCase(BaseTestCase):
         claude = ClaudeExtractor(api_key="k", base_url=self.fake.url, model="m", max_tokens=512,
                                  timeout=5, max_retries=0)  # fmt: skip
         # The memory's vector is synthetic (far from any text): show it to the model whatever.
-        with self.settings(ENGRAM_DECIDE_SIMILARITY_FLOOR=-1):
+        with mock.patch.object(decide, "SIMILARITY_FLOOR", -1):
             process_event(event.id, project.pk, claude)
 
         # 2. The API.
