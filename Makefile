@@ -10,13 +10,14 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model db migrate run stop test lint format browser
+.PHONY: help install venv postgres model db migrate run stop test lint format browser docs
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
 	@echo "make test   install what is missing, start Postgres, run the test suite"
 	@echo "make lint   ruff, mypy and the migrations check"
 	@echo "make stop   stop what make run started (server and Postgres)"
+	@echo "make docs   build the documentation site into site/ (MkDocs, --strict, offline)"
 
 install: venv postgres model
 
@@ -65,3 +66,7 @@ lint: venv db
 format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# The documentation site (mkdocs.yml, docs/): a broken link or anchor fails the build.
+docs: venv
+	$(BIN)/mkdocs build --strict

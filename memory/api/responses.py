@@ -68,7 +68,7 @@ class ScoredMemorySerializer(MemorySerializer):
         help_text="Relevance in [0, 1], comparable across queries: the best result's is its own "
         "fused relevance (meaning, keywords, entities, its conversation, the time window the "
         "query names); the others' is discounted by how far behind the best they are. A best "
-        "score of 0.3 or more means the scope holds something about the query (README: How "
+        "score of 0.3 or more means the scope holds something about the query (docs/search.md: How "
         "search works)."
     )
     score_breakdown = ScoreBreakdownSerializer()

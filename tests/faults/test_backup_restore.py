@@ -1,10 +1,10 @@
-"""Backup and restore, rehearsed (issue #24 §3): the README's procedure, with real processes.
+"""Backup and restore, rehearsed (issue #24 §3): docs/operations.md's procedure with real processes.
 
 A source cluster (tests/faults/db_cluster.py) serves engram through gunicorn and a Dramatiq
 worker (the offline extractor: no Claude key). Two projects are filled through the HTTP API:
 memories the worker extracts, with their relations in each project's AGE graph; memories
 stored verbatim, then edited (history); the same user id in both projects. The database is
-dumped as the README says (`pg_dump -Fc` as the backup role), then restored into a fresh
+dumped as docs/operations.md says (`pg_dump -Fc` as the backup role), then restored into a fresh
 cluster with scripts/restore.sh as its superuser (after dropping the empty database the
 cluster's set-up made, as on a fresh docker volume) and migrated as the owner. gunicorn and a
 worker on the restored cluster, with the source's API keys, then search, traverse the graph,
@@ -50,7 +50,7 @@ from tests.faults.test_database_faults import needs_root_tools
 pytestmark = [needs_root_tools, pytest.mark.faults]
 
 BACKUP = "engram_backup"
-# The README's one-time set-up of the backup role: it may read everything, past row-level
+# docs/operations.md's one-time set-up of the backup role: it may read everything, past row-level
 # security (the owner cannot dump: AGE's catalog is closed to it, and its tables force RLS).
 BACKUP_ROLE = sql.SQL("CREATE ROLE {} LOGIN BYPASSRLS PASSWORD {} IN ROLE pg_read_all_data")
 CLIENT_TIMEOUT = 30.0
@@ -299,7 +299,7 @@ def seed(server: Server, keys: dict[str, str]) -> tuple[str, str]:
 def pg_dump(
     cluster: PrivateCluster, role: str, password: str, out: Path
 ) -> subprocess.CompletedProcess[str]:
-    """The README's backup command, over TCP as `role`."""
+    """docs/operations.md's backup command, over TCP as `role`."""
     command = [PG_BIN / "pg_dump", "-Fc", "-h", "127.0.0.1", "-p", cluster.port, "-U", role]
     return subprocess.run(
         [*map(str, command), "-f", str(out), DB],
@@ -400,7 +400,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
         projects = {project: project_id(source, project) for project in ("a", "b")}
         source_state = state(source)
 
-        # The backup, as the README says: the backup role made once, then pg_dump -Fc as it.
+        # The backup, as docs/operations.md says: the backup role made once, then pg_dump -Fc as it.
         owner_dumps = dump_as_owner(source, dump)
         password = secrets.token_hex(16)
         role = BACKUP_ROLE.format(sql.Identifier(BACKUP), sql.Literal(password))
@@ -447,7 +447,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
 
 
 def test_the_owner_role_cannot_dump(rehearsal: Rehearsal) -> None:
-    """Why the README's backup runs as a role of its own: AGE's catalog belongs to the
+    """Why docs/operations.md's backup runs as a role of its own: AGE's catalog belongs to the
     superuser, and even allowed to read it the owner is subject to its tables' forced row-level
     security (which is what walls its SECURITY DEFINER functions in)."""
     closed, forced = rehearsal.owner_dumps

@@ -249,7 +249,7 @@ REFUSED = [({"colour": "red"}, "'colour'"), ({"OR": [{"NOT": {"colour": 1}}]}, "
 
 
 def size(node: Any) -> tuple[int, int]:
-    """(conditions, values) as the README counts them: keys of objects; operands, list items."""
+    """(conditions, values) as docs/filters.md counts: keys of objects; operands, list items."""
     if isinstance(node, dict):
         parts = [size(v) for v in node.values()]
         return len(node) + sum(c for c, _ in parts), sum(v for _, v in parts)
@@ -271,7 +271,7 @@ def text_operands(key: str, value: Any) -> list[str]:
 
 
 def text_matches(node: Any) -> tuple[int, int]:
-    """(characters, conditions) of a filter's text matches, as the README counts them."""
+    """(characters, conditions) of a filter's text matches, as docs/filters.md counts them."""
     chars = count = 0
     items = node if isinstance(node, list) else [node]
     for item in items:

@@ -25,7 +25,7 @@ from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
 from tests.memory.test_api_search import FACTS
 
-# The README's rule of thumb for "the scope holds something about this" (a query's best score):
+# docs/search.md's rule of thumb for "the scope holds something about this" (a query's best score):
 # on LoCoMo's dev conversations 95 % of questions asked in their own conversation reach it, 3 %
 # of questions asked in another conversation do (bench/locomo.py --calibration).
 RELATED = 0.25
