@@ -16,7 +16,8 @@ queries.
 
 --also-host URL (repeatable) evaluates the same stored turns again through another server on the
 same database, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off), or
-one running the previous commit, and prints a table per server. Each question goes to every
+one running the previous commit, and prints a table per server, and for how many questions each
+server's results (ids, in order) are identical to the first server's. Each question goes to every
 server in turn (the order rotating), so their latencies are measured under the same conditions.
 
     make run   # in another terminal (or any engram URL + key)
@@ -169,6 +170,8 @@ class Run:
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
     )
     latencies: list[float] = field(default_factory=list)
+    # Each question's results (memory ids, best first), in the order asked.
+    rankings: list[list[str]] = field(default_factory=list)
 
 
 def evaluate(runs: list[Run], sample: dict[str, Any], user_id: str, other_user: str) -> None:
@@ -194,6 +197,7 @@ def ask(run: Run, qa: dict[str, Any], evidence: set[str], user_id: str, other_us
     }
     result, elapsed = run.api.call("POST", "/v3/memories/search/", json=body)
     run.latencies.append(elapsed)
+    run.rankings.append([r["id"] for r in result["results"]])
     ranked = [(r.get("metadata") or {}).get("dia_id") for r in result["results"]]
     calibration = run.calibration
     if calibration is not None:
@@ -276,6 +280,12 @@ def main() -> None:
         report(server.host, server.scores, server.latencies)
         if server.calibration is not None:
             server.calibration.report()
+    for server in runs[1:]:
+        same = sum(a == b for a, b in zip(runs[0].rankings, server.rankings, strict=True))
+        print(
+            f"rankings of {server.host} identical to {runs[0].host}'s: "
+            f"{same} of {len(server.rankings)} questions"
+        )
     for user_id in users:
         api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
     unit = "turn" if args.per_turn else "session"
