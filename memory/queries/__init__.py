@@ -1,0 +1,96 @@
+"""The only readers of memory state: request-free, by project and typed arguments.
+
+Views, dashboards, the admin, commands and the extraction pipeline all read through these (and
+the MemoryQuerySet methods they build on). Each runs in the caller's tenant context
+(tenants.db.project_context): without one, row-level security shows no rows at all, so a read
+that forgot its context finds nothing rather than another tenant's memories.
+
+This module is the package's interface: callers write `from memory import queries` and call
+`queries.…(…)`. The modules:
+
+- core: memories (every read's base), one memory, matching a filter, linked (superseded)
+  memories, one scope's memories, the scope ids in use, histories;
+- records: add requests (events) and their usage, exports, Idempotency-Keys, erasure requests;
+- relations: the graph reads (graph_edges, paged relations, traversal, a search's relations);
+- dashboard: the dashboards' reads (scope counts, the browser, an end user's own memories,
+  where a memory came from);
+- purge: what purge_expired reads (expired memories, retention periods, memories due).
+
+May import memory.models, memory.graph, memory.retrieval, memory.text, audit.models, tenants and
+Django; never memory.actions, memory.search, memory.extraction or the entry points (memory.api,
+memory.mcp, memory.web).
+"""
+
+from __future__ import annotations
+
+from memory.queries.core import (
+    ENTITY_TYPES,
+    active_for_update,
+    entities,
+    get_memory,
+    histories,
+    history,
+    linked_for_update,
+    linked_memory_ids,
+    matching,
+    memories,
+    scope_lookup,
+    scope_memories,
+)
+from memory.queries.dashboard import (
+    ScopeCounts,
+    browse_memories,
+    memory_in_any_state,
+    scope_counts,
+    source_messages,
+    user_memories,
+    user_memory,
+)
+from memory.queries.purge import Retention, expired, retention, retention_due
+from memory.queries.records import erasure, event, events, export, idempotent_request, usage_per_day
+from memory.queries.relations import (
+    SEARCH_RELATIONS,
+    GraphRelations,
+    graph_edges,
+    graph_relations,
+    graph_traversal,
+    search_relations,
+)
+
+__all__ = [
+    "ENTITY_TYPES",
+    "SEARCH_RELATIONS",
+    "GraphRelations",
+    "Retention",
+    "ScopeCounts",
+    "active_for_update",
+    "browse_memories",
+    "entities",
+    "erasure",
+    "event",
+    "events",
+    "expired",
+    "export",
+    "get_memory",
+    "graph_edges",
+    "graph_relations",
+    "graph_traversal",
+    "histories",
+    "history",
+    "idempotent_request",
+    "linked_for_update",
+    "linked_memory_ids",
+    "matching",
+    "memories",
+    "memory_in_any_state",
+    "retention",
+    "retention_due",
+    "scope_counts",
+    "scope_lookup",
+    "scope_memories",
+    "search_relations",
+    "source_messages",
+    "usage_per_day",
+    "user_memories",
+    "user_memory",
+]

@@ -1,0 +1,80 @@
+"""The records of requests: add requests (events) and their model usage per day, exports,
+Idempotency-Keys and erasure requests.
+
+May import memory.models, audit.models and Django; no other module of this package.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db.models import BigIntegerField, Count, QuerySet, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, TruncDate
+
+from audit.models import ErasureRequest
+from memory.models import IdempotentRequest, MemoryEvent, MemoryExport
+
+
+def idempotent_request(project_id: uuid.UUID, key: str) -> IdempotentRequest | None:
+    """The project's record of an Idempotency-Key, expired or not (by the unique index)."""
+    return IdempotentRequest.objects.filter(project_id=project_id, key=key).first()
+
+
+def events(
+    project_id: uuid.UUID, status: str | None = None, *, user_id: str | None = None
+) -> QuerySet[MemoryEvent]:
+    """The project's add requests, newest first, optionally of one status and one user."""
+    found = MemoryEvent.objects.filter(project_id=project_id)
+    if status:
+        found = found.filter(status=status)
+    if user_id:
+        found = found.filter(user_id=user_id)
+    return found.order_by("-created_at", "-id")
+
+
+def _usage_total(key: str) -> Coalesce:
+    return Coalesce(Sum(Cast(KT(f"usage__{key}"), BigIntegerField())), 0)
+
+
+def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, Any]]:
+    """Add requests created from `since` and their model usage (MemoryEvent.usage), per day
+    (in the current time zone), newest first: day, events, calls, input_tokens,
+    output_tokens. One GROUP BY query; events without usage (offline, pending) count 0."""
+    rows = (
+        MemoryEvent.objects.filter(project_id=project_id, created_at__gte=since)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(
+            events=Count("id"),
+            **{key: _usage_total(key) for key in ("calls", "input_tokens", "output_tokens")},
+        )
+        .order_by("-day")
+    )
+    return list(rows)
+
+
+def event(project_id: uuid.UUID, event_id: uuid.UUID) -> MemoryEvent | None:
+    return MemoryEvent.objects.filter(project_id=project_id, pk=event_id).first()
+
+
+def export(
+    project_id: uuid.UUID,
+    *,
+    export_id: uuid.UUID | None = None,
+    filters: dict[str, Any] | None = None,
+) -> MemoryExport | None:
+    """An export by id, or the latest one made with exactly these filters, or the latest."""
+    found = MemoryExport.objects.filter(project_id=project_id)
+    if export_id is not None:
+        found = found.filter(pk=export_id)
+    elif filters is not None:
+        found = found.filter(filters=filters)
+    return found.order_by("-created_at").first()
+
+
+def erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> ErasureRequest | None:
+    """An erasure asked through the API (audit.models.ErasureRequest), in the project."""
+    return ErasureRequest.objects.filter(project_id=project_id, pk=request_id).first()

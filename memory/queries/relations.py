@@ -1,0 +1,121 @@
+"""The graph reads (memory.graph): what a search filter keeps of the graph (graph_edges), the
+relations of a graph read counted and sliced in the database, a traversal, and the relations a
+search answers with.
+
+May import memory.queries.core (matching), memory.graph, memory.models,
+memory.retrieval.filters and memory.text.query.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from memory import graph
+from memory.models import SCOPE_FIELDS
+from memory.queries.core import matching
+from memory.retrieval.filters import FilterError, compile_filters, scope_fields_named
+from memory.text.query import Query
+
+# Relations a search answers with, when asked (enable_graph).
+SEARCH_RELATIONS = 20
+
+
+def graph_edges(
+    project_id: uuid.UUID, filters: dict[str, Any], *, include_invalid: bool = False
+) -> graph.EdgeFilter:
+    """What a graph read keeps, for a search filter (memory.retrieval.filters), as search would.
+
+    Scope ids as search reads them: those named must match ("*": any value), the others must
+    be unset; at least one has a value. They must be plain values at the top level or under
+    AND: the graph tests them on each vertex and edge. Any other condition (categories, dates,
+    metadata, keywords, memory_ids, OR / NOT of those) keeps the relations asserted by at
+    least one active, unexpired memory the whole filter matches. Raises FilterError.
+    """
+    where = compile_filters(filters)  # the one parser: validates every condition
+    ids: dict[str, str] = {}
+    other = False
+    pending = [filters]
+    while pending:
+        for key, value in pending.pop().items():
+            if key in SCOPE_FIELDS:
+                if isinstance(value, bool) or not isinstance(value, str | int):
+                    raise FilterError(
+                        f"{key}: the graph takes a scope id as a plain value, or '*' for any."
+                    )
+                if ids.setdefault(key, str(value)) != str(value):
+                    raise FilterError(f"{key} is given two different values.")
+            elif key == "AND":
+                pending.extend(value)
+            elif key in ("OR", "NOT") and any(scope_fields_named(value)):
+                raise FilterError(
+                    f"the graph takes scope ids at the top level or in AND, not in {key}."
+                )
+            else:
+                other = True
+    try:
+        match = graph.ScopeMatch.of({f: ids.get(f) for f in SCOPE_FIELDS})
+    except ValueError:
+        raise FilterError(
+            "Give at least one of user_id, agent_id, app_id, run_id with a value (not '*')."
+        ) from None
+    backed = matching(project_id, where) if other else None
+    return graph.EdgeFilter(match, include_invalid=include_invalid, backed_by=backed)
+
+
+class GraphRelations:
+    """The relations of a graph read, for a paginator: counted and sliced in the database."""
+
+    def __init__(self, project_id: uuid.UUID, edges: graph.EdgeFilter) -> None:
+        self.project_id = project_id
+        self.edges = edges
+        self._count: int | None = None
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = graph.count_relations_in(self.project_id, self.edges)
+        return self._count
+
+    def __getitem__(self, page: slice) -> list[graph.Relation]:
+        start, stop = page.start or 0, page.stop
+        if stop is None or stop <= start:
+            return []
+        return graph.relations_in(self.project_id, self.edges, limit=stop - start, offset=start)
+
+
+def graph_relations(project_id: uuid.UUID, edges: graph.EdgeFilter) -> GraphRelations:
+    """The relations the filter keeps, oldest first (valid ones unless it includes invalid)."""
+    return GraphRelations(project_id, edges)
+
+
+def graph_traversal(
+    project_id: uuid.UUID, edges: graph.EdgeFilter, entity: str, *, depth: int, limit: int
+) -> graph.Traversal:
+    """What the filtered graph links to the entity named `entity`, up to `depth` hops."""
+    return graph.traverse_in(project_id, edges, entity, depth=depth, limit=limit)
+
+
+def search_relations(
+    project_id: uuid.UUID,
+    filters: dict[str, Any],
+    query: Query,
+    ranked: Sequence[uuid.UUID],
+    *,
+    limit: int = SEARCH_RELATIONS,
+) -> list[graph.Relation]:
+    """The relations a search answers with: the valid ones its results (`ranked`, best first)
+    assert, by the rank of their best memory; then, if the filter is one the graph reads
+    (graph_edges), the valid ones touching an entity the query names, oldest first."""
+    found = {r.id: r for r in graph.relations_of_memories(project_id, ranked, limit=limit)}
+    if len(found) < limit:
+        try:
+            edges = graph_edges(project_id, filters)
+        except FilterError:
+            edges = None  # no scope id, or one under OR: only the results' own relations
+        if edges is not None:
+            for relation in graph.relations_touching_in(
+                project_id, edges, list(query.names), limit=limit
+            ):
+                found.setdefault(relation.id, relation)
+    return list(found.values())[:limit]
