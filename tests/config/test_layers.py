@@ -3,13 +3,13 @@
 Every import counts, those inside functions too: an import inside a function runs later, but it
 is the same dependency. The layers, top to bottom (docs/architecture.md):
 
-    entry points   memory.api, memory.mcp, memory.web, admin, management commands, workers
+    entry points   memory.api, memory.mcp, memory.web, admin, management commands, and the
+                   worker's memory.extraction (it reads through queries, writes through actions)
     use cases      memory.search (reads that rank), memory.queries (reads), memory.actions (writes)
-    domain         memory.extraction (above actions: it writes through them), memory.graph,
-                   memory.retrieval
+    domain         memory.graph, memory.retrieval
     jobs           memory.jobs (a job sent by name: actions need no worker code)
     models         memory.models
-    text analysis  memory.text (embeddings, the entity recogniser, time windows)
+    text analysis  memory.text (embeddings, the entity recogniser, time windows, a query)
     platform       tenants, audit, config
 """
 
