@@ -21,6 +21,8 @@ from rest_framework.utils import json
 
 # Deeper than any filter (ten levels) or metadata a client sends; shallow enough to walk safely.
 MAX_JSON_DEPTH = 32
+# `filters` in a query string (the mem0ai client's Python repr) is refused above this length.
+MAX_QUERY_FILTER_CHARS = 8_000
 
 
 class UnsafeInputError(ValueError):
@@ -112,9 +114,9 @@ def parse_python_literal(text: str, where: str) -> Any:
     length-capped before Python's parser sees it, and the tree is walked without recursion, so
     neither CPU nor the recursion limit can be exhausted (ast.literal_eval promises neither).
     """
-    if len(text) > settings.ENGRAM_MAX_QUERY_FILTER_CHARS:
+    if len(text) > MAX_QUERY_FILTER_CHARS:
         raise UnsafeInputError(
-            f"{where} is longer than {settings.ENGRAM_MAX_QUERY_FILTER_CHARS} characters."
+            f"{where} is longer than {MAX_QUERY_FILTER_CHARS} characters."
         )
     try:
         tree = ast.parse(text.strip(), mode="eval").body

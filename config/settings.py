@@ -237,8 +237,6 @@ if ENGRAM_PUBLIC_URL and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", ENG
 
 # A JSON body (or query-string filter) may hold at most this many values in all (config.inputs).
 ENGRAM_MAX_JSON_NODES = env_int("ENGRAM_MAX_JSON_NODES", 50_000, minimum=100)
-# `filters` in a query string (the mem0ai client's Python repr) is refused above this length.
-ENGRAM_MAX_QUERY_FILTER_CHARS = 8_000
 # Requests per API key ("N/second|minute|hour|day"; "off" disables), counted in each web
 # process (Django's local-memory cache): with W workers a key gets at most W times this.
 ENGRAM_API_RATE = env_str("ENGRAM_API_RATE", "1200/minute")
