@@ -138,3 +138,35 @@ def user_sizes(memories: int, users: int, exponent: float = 0.8) -> list[int]:
     sizes = [max(1, int(memories * w / total)) for w in weights]
     sizes[0] += memories - sum(sizes)
     return sizes
+
+
+def wait_for_entity_linking(timeout: float = 1800) -> bool:
+    """Until the worker's `entities` queue has nothing queued or being consumed (read through
+    DATABASE_URL); False when it still had work after `timeout` seconds or there is no
+    DATABASE_URL to read it through. Prints how long it waited."""
+    import psycopg
+
+    load_local_env()
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        print("no DATABASE_URL: not waiting for entity linking")
+        return False
+    started = time.perf_counter()
+    done = False
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.perf_counter() - started < timeout:
+            row = conn.execute(
+                "SELECT count(*) FROM dramatiq.queue WHERE queue_name = 'entities' "
+                "AND state IN ('queued', 'consumed')"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                done = True
+                break
+            time.sleep(1)
+    waited = time.perf_counter() - started
+    print(
+        f"entity linking done after {waited:.0f}s of waiting"
+        if done
+        else f"entity linking NOT done after {waited:.0f}s of waiting: searching anyway"
+    )
+    return done

@@ -115,9 +115,7 @@ def parse_python_literal(text: str, where: str) -> Any:
     neither CPU nor the recursion limit can be exhausted (ast.literal_eval promises neither).
     """
     if len(text) > MAX_QUERY_FILTER_CHARS:
-        raise UnsafeInputError(
-            f"{where} is longer than {MAX_QUERY_FILTER_CHARS} characters."
-        )
+        raise UnsafeInputError(f"{where} is longer than {MAX_QUERY_FILTER_CHARS} characters.")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
