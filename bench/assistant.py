@@ -89,8 +89,15 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, Api, default_host, default_key, fmt_ms, percentiles
-from locomo import wait_for_linking
+from common import (
+    ROOT,
+    Api,
+    default_host,
+    default_key,
+    fmt_ms,
+    percentiles,
+    wait_for_entity_linking,
+)
 
 KINDS = ("named", "second_person", "unnamed")
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
@@ -556,12 +563,12 @@ def main() -> None:
         if args.mode == "raw":
             stored, add_times = store_raw(api, personas, start)
             print(f"stored raw (infer=false), one add per fact: {stored} memories")
-            wait_for_linking()
+            wait_for_entity_linking()
         else:
             outcomes, add_times, waits = store_inferred(api, personas, start)
             print(f"stored through infer=true, one add per fact: events {dict(outcomes)}")
             print(f"event time to finish (client-side): {fmt_ms(percentiles(waits))}")
-            wait_for_linking()
+            wait_for_entity_linking()
             coverage(api, personas)
         runs = [
             Run(h, PatientApi(h, args.api_key), args.mode) for h in [args.host, *args.also_host]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -40,7 +39,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, Api, default_host, default_key, fmt_ms, load_local_env, percentiles
+from common import (
+    ROOT,
+    Api,
+    default_host,
+    default_key,
+    fmt_ms,
+    percentiles,
+    wait_for_entity_linking,
+)
 
 KS = (1, 5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -109,28 +116,6 @@ def ingest(
             api.call("PUT", "/v1/batch/", json={"memories": updates})
         stored += len(updates)
     return stored, timings
-
-
-def wait_for_linking(timeout: float = 1800) -> None:
-    """Until the worker's `entities` queue has nothing queued or being consumed."""
-    import psycopg
-
-    load_local_env()
-    url = os.environ.get("DATABASE_URL")
-    if not url:
-        print("no DATABASE_URL: not waiting for entity linking")
-        return
-    started = time.perf_counter()
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.perf_counter() - started < timeout:
-            row = conn.execute(
-                "SELECT count(*) FROM dramatiq.queue WHERE queue_name = 'entities' "
-                "AND state IN ('queued', 'consumed')"
-            ).fetchone()
-            if row is not None and row[0] == 0:
-                break
-            time.sleep(1)
-    print(f"entity linking done after {time.perf_counter() - started:.0f}s of waiting")
 
 
 class Calibration:
@@ -259,7 +244,7 @@ def main() -> None:
         stored, timings = ingest(api, sample, user_id, per_turn=args.per_turn)
         turns += stored
         add_times += timings
-    wait_for_linking()
+    wait_for_entity_linking()
     hosts = [args.host, *args.also_host]
     print(f"command: {' '.join(sys.argv)}")
     print(
