@@ -135,25 +135,6 @@ def holds(memory: frozenset[str], fact: frozenset[str]) -> bool:
     return bool(fact) and len(memory & fact) >= max(1, math.ceil(KEY_SHARE * len(fact)))
 
 
-class PatientApi(Api):
-    """The API client, waiting out the per-key rate limit (429, Retry-After): other benchmarks
-    may share the key. The latency is the answered request's."""
-
-    def call(self, method: str, path: str, **kwargs: Any) -> tuple[Any, float]:
-        while True:
-            started = time.perf_counter()
-            response = self.http.request(method, path, **kwargs)
-            elapsed = (time.perf_counter() - started) * 1000
-            if response.status_code == 429:
-                time.sleep(float(response.headers.get("Retry-After") or 1))
-                continue
-            if response.status_code >= 400:
-                raise RuntimeError(
-                    f"{method} {path} -> {response.status_code}: {response.text[:300]}"
-                )
-            return response.json(), elapsed
-
-
 @dataclass
 class Persona:
     data: dict[str, Any]
@@ -548,7 +529,7 @@ def main() -> None:
     if not args.api_key:
         sys.exit("No API key: run `make run` first, or pass --api-key / set ENGRAM_API_KEY.")
     data = json.loads(Path(args.data).read_text())
-    api = PatientApi(args.host, args.api_key)
+    api = Api(args.host, args.api_key)
     tag = uuid.uuid4().hex[:8]
     personas = [
         Persona(p, f"{p['user_id']}-assistant-{tag}", [key_words(f) for f in p["facts"]])
@@ -570,9 +551,7 @@ def main() -> None:
             print(f"event time to finish (client-side): {fmt_ms(percentiles(waits))}")
             wait_for_entity_linking()
             coverage(api, personas)
-        runs = [
-            Run(h, PatientApi(h, args.api_key), args.mode) for h in [args.host, *args.also_host]
-        ]
+        runs = [Run(h, Api(h, args.api_key), args.mode) for h in [args.host, *args.also_host]]
         for server in runs:
             for _ in range(20):  # each web worker loads the embedding model on its first search
                 server.search(personas[0], "warm up", None)

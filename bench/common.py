@@ -59,15 +59,25 @@ def fmt_ms(stats: dict[str, float]) -> str:
 
 
 class Api:
+    """An engram API client. A 429 (the per-key rate limit, ENGRAM_API_RATE: other benchmarks
+    may share the key) is waited out for its Retry-After and sent again, and counted in
+    `throttled`; the latency is the answered request's. Any other error status raises."""
+
     def __init__(self, host: str, key: str) -> None:
         self.http = httpx.Client(
             base_url=host, headers={"Authorization": f"Token {key}"}, timeout=120
         )
+        self.throttled = 0
 
     def call(self, method: str, path: str, **kwargs: Any) -> tuple[Any, float]:
-        started = time.perf_counter()
-        response = self.http.request(method, path, **kwargs)
-        elapsed = (time.perf_counter() - started) * 1000
+        while True:
+            started = time.perf_counter()
+            response = self.http.request(method, path, **kwargs)
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status_code != 429:
+                break
+            self.throttled += 1
+            time.sleep(float(response.headers.get("Retry-After") or 1))
         if response.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {response.status_code}: {response.text[:300]}")
         return response.json(), elapsed
