@@ -4,8 +4,8 @@ An entry point parses its input, analyses the query text with memory.text.query.
 before it opens its transaction (a hosted embedder is an HTTP call), builds the memories it may
 search through memory.queries (the API's filters, a dashboard's scope), and calls search()
 inside its tenant context. The ranking, and the choice between an exact scan and the HNSW index,
-are memory.retrieval.search's alone. May import memory.queries, memory.retrieval and
-memory.text.
+are memory.retrieval.search's alone. May import memory.queries, memory.retrieval, memory.graph
+(its value types), memory.models and memory.text.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ the scope's entity names by meaning (with their vectors), and the time window it
 Every entry point analyses the query text with analyse() before it opens its transaction (a
 hosted embedder is an HTTP call, which must never hold a transaction open) and passes the
 Query down: hybrid search ranks with it, and the graph relations a search answers with are
-found by its names. Nothing below analyses the text again.
+found by its names. Nothing below analyses the text again. The words' vectors are looked up
+whenever the query has names (they serve only searches that pin a scope; for the local model a
+lookup costs nothing, a hosted embedder is asked once per new word, then cached).
 """
 
 from __future__ import annotations
