@@ -5,8 +5,8 @@ become new memories.
   only: the facts are stored all the same); `related_edges`: the existing edges the
   contradiction call is shown;
 - `ended_by` and `superseding`: an exclusive relationship given a new value (a home, an
-  employer, a job, a spouse) makes the ADD of the new value the UPDATE of the memory that
-  stated only the old one;
+  employer, a job, a spouse, a partner, a parent, a boss: llm.offline.EXCLUSIVE) makes the ADD
+  of the new value the UPDATE of the memory that stated only the old one;
 - `record_graph`: the plan applied through memory.actions, in the transaction that applies the
   decisions (extraction.apply).
 
@@ -120,8 +120,8 @@ def plan_graph(
 
 
 def ended_by(triples: Sequence[Triple], edges: Sequence[graph.Relation]) -> dict[int, Ended]:
-    """For each fact, the contradicted edges of an exclusive relationship (a home, employer,
-    job or spouse) its triples give another value to."""
+    """For each fact, the contradicted edges of an exclusive relationship (llm.offline.EXCLUSIVE:
+    a home, employer, job, spouse, partner, parent or boss) its triples give another value to."""
     found: dict[int, Ended] = {}
     for edge in edges:
         if edge.relationship not in EXCLUSIVE:

@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 
 from memory import graph
 from memory.extraction.llm.clean import clean_relations
-from memory.extraction.llm.offline import OfflineExtractor, offline_triples
+from memory.extraction.llm.offline import (
+    EXCLUSIVE,
+    OfflineExtractor,
+    offline_triples,
+    only_states,
+)
 from memory.extraction.llm.types import EntityRef, Fact, Triple
 from memory.extraction.pipeline import attempt
 from memory.models import Memory, MemoryEntity, MemoryEvent
@@ -307,11 +312,44 @@ def test_clean_relations_keeps_only_listed_entities_and_cited_facts() -> None:
         ("I moved to Berlin last month", [("me", "lives_in", "Berlin")]),
         ("I am allergic to peanuts", [("me", "allergic_to", "peanuts")]),
         ("My sister's name is Anna Lee", [("me", "has_sister", "Anna Lee")]),
+        ("My partner's name is Sam now.", [("me", "has_partner", "Sam")]),
+        ("my boss is called Priya", [("me", "has_boss", "Priya")]),
+        ("My mum is called Ann", [("me", "has_mother", "Ann")]),
+        ("My mom's name is Ann", [("me", "has_mother", "Ann")]),
+        ("My dad is Bob", [("me", "has_father", "Bob")]),
+        ("My husband Tomás is a structural engineer.", []),
         ("The weather is nice", []),
     ],
 )  # fmt: skip
 def test_offline_triples(text: str, expected: list[tuple[str, str, str]]) -> None:
     assert offline_triples(text, "me") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "relationships", "expected"),
+    [
+        ("I live in Porto now.", {"lives_in"}, True),
+        ("My partner is called Sam.", {"has_partner"}, True),
+        ("My partner's name is Sam now.", {"has_partner"}, True),
+        ("My boss's name is Priya.", {"has_boss"}, True),
+        ("My mum is called Ann.", {"has_mother"}, True),
+        ("My dad is Bob.", {"has_father"}, True),
+        ("My partner is called Sam.", {"has_boss"}, False),
+        ("My partner is called Sam and Sam is a nurse.", {"has_partner"}, False),
+        ("My husband Tomás is a structural engineer.", {"has_husband"}, False),
+        ("I live in Porto and my boss is called Priya.", {"lives_in"}, False),
+        ("My dog is called Rex.", EXCLUSIVE, False),
+    ],
+)  # fmt: skip
+def test_only_states(text: str, relationships: set[str], expected: bool) -> None:
+    assert only_states(text, relationships) is expected
+
+
+def test_pets_children_siblings_and_friends_are_not_exclusive() -> None:
+    named = {"has_wife", "has_husband", "has_partner", "has_mother", "has_father", "has_boss"}
+    assert named | {"has_manager"} <= EXCLUSIVE
+    assert not {"has_dog", "has_cat", "has_pet", "has_son", "has_daughter", "has_child",
+                "has_kid", "has_brother", "has_sister", "has_friend"} & EXCLUSIVE  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None)

@@ -252,6 +252,62 @@ class PipelineTestCase(ExtractionTestCase):
             "I moved to Porto.",
         }
 
+    def test_without_a_model_a_new_partner_or_boss_supersedes_the_old_one(self) -> None:
+        """A partner, boss or parent is had one at a time: a new name supersedes the memory that
+        stated only the old one, "mum" and "mom" being the same relationship."""
+        self.run_event(
+            self.event("My partner is called Sam. My boss's name is Priya. My mum is called Ann."),
+            OfflineExtractor(),
+        )
+        renamed = self.run_event(
+            self.event("My partner is called Alex. My boss is Dana now. My mom is called Beth."),
+            OfflineExtractor(),
+        )
+        by_text = {m.text: m for m in self.memories()}
+        sam, alex = by_text["My partner is called Sam."], by_text["My partner is called Alex."]
+        priya, dana = by_text["My boss's name is Priya."], by_text["My boss is Dana now."]
+        ann, beth = by_text["My mum is called Ann."], by_text["My mom is called Beth."]
+        assert (sam.state, sam.replaced_by_id) == ("superseded", alex.id)
+        assert (priya.state, priya.replaced_by_id) == ("superseded", dana.id)
+        assert (ann.state, ann.replaced_by_id) == ("superseded", beth.id)
+        assert {m.text for m in self.memories(state="active")} == {alex.text, dana.text, beth.text}
+        assert [r["event"] for r in renamed.results] == ["UPDATE"] * 3
+        with project_context(self.project.pk):
+            history = MemoryHistory.objects.get(memory=sam, event="UPDATE")
+        assert (history.old_memory, history.new_memory) == (sam.text, alex.text)
+        body = {"query": "What is my partner called?", "filters": {"user_id": "alice"}}
+        current = [
+            r["memory"] for r in self.call("post", "/v3/memories/search/", body).json()["results"]
+        ]
+        assert alex.text in current
+        assert sam.text not in current  # latest_only (the default) hides the superseded name
+        lineage = self.call("post", "/v3/memories/search/", {**body, "latest_only": False})
+        assert sam.text in [r["memory"] for r in lineage.json()["results"]]
+
+    def test_without_a_model_a_second_pet_or_a_fuller_statement_stays(self) -> None:
+        """Pets (children, siblings, friends) are not exclusive: a second dog is added beside the
+        first. A memory saying more than the partner's name stays active; its edge ends."""
+        self.run_event(
+            self.event("My dog is called Rex. My partner is called Sam and Sam is a nurse."),
+            OfflineExtractor(),
+        )
+        self.run_event(
+            self.event("My dog is called Bella. My partner is called Alex."), OfflineExtractor()
+        )
+        assert {m.text for m in self.memories(state="active")} == {
+            "My dog is called Rex.",
+            "My partner is called Sam and Sam is a nurse.",
+            "My dog is called Bella.",
+            "My partner is called Alex.",
+        }
+        found = graph.relations(self.project.pk, graph.Scope(user_id="alice"), include_invalid=True)
+        assert {(r.relationship, r.destination, r.valid) for r in found} == {
+            ("has_dog", "rex", True),
+            ("has_dog", "bella", True),
+            ("has_partner", "sam", False),
+            ("has_partner", "alex", True),
+        }
+
     def procedural_event(self) -> MemoryEvent:
         messages = [
             {"role": "user", "content": "Book a table for two at Nopa tonight"},

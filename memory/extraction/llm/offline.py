@@ -94,9 +94,26 @@ _MY_NAMED = re.compile(
     r"mother|mom|mum|father|dad|friend|boss|manager)(?:'s name)? (?:is (?:called |named )?|"
     r"called |named )(?P<object>[A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2})"
 )
+# The relationship of a named kind, synonyms as one ("my mum" and "my mom" are has_mother).
+_KIND_SYNONYMS = {"mom": "mother", "mum": "mother", "dad": "father"}
 _ARTICLE = re.compile(r"^(?:a|an|the|some|my|our)\s+", re.IGNORECASE)
-# Relationships a subject has one of at a time: a new destination ends the old one.
-EXCLUSIVE = frozenset({"lives_in", "works_at", "works_as", "married_to"})
+# Relationships a subject has one of at a time: a new destination ends the old one. Pets,
+# children, siblings and friends are not among them (one can have two dogs).
+EXCLUSIVE = frozenset(
+    {
+        "lives_in",
+        "works_at",
+        "works_as",
+        "married_to",
+        "has_wife",
+        "has_husband",
+        "has_partner",
+        "has_mother",
+        "has_father",
+        "has_boss",
+        "has_manager",
+    }
+)
 OPPOSITE = {"likes": "dislikes", "dislikes": "likes", "prefers": "dislikes"}
 
 
@@ -119,23 +136,29 @@ def offline_triples(text: str, self_name: str) -> list[tuple[str, str, str]]:
                 taken.append(span)
                 found.append((self_name, relationship, obj))
     found += [
-        (self_name, "has_" + match.group("kind").lower(), match.group("object"))
-        for match in _MY_NAMED.finditer(text)
+        (self_name, _named(match), match.group("object")) for match in _MY_NAMED.finditer(text)
     ]
     return found
 
 
+def _named(match: re.Match[str]) -> str:
+    """The relationship of a _MY_NAMED statement: "my mum is called Ann" is has_mother."""
+    kind = match.group("kind").lower()
+    return "has_" + _KIND_SYNONYMS.get(kind, kind)
+
+
 def only_states(text: str, relationships: Collection[str]) -> bool:
     """Whether `text` is a first-person statement of some of `relationships` (offline_triples'
-    forms) and says nothing more: beyond those statements, one word at most ("I live in Porto
-    now.") and punctuation. A memory that does is the one to replace when they end."""
+    forms, "my partner is called Sam" among them) and says nothing more: beyond those
+    statements, one word at most ("I live in Porto now.", "My partner's name is Sam now.") and
+    punctuation. A memory that does is the one to replace when they end."""
     spans: list[tuple[int, int]] = []
-    for pattern, relationship in _RELATION_FORMS:
+    for pattern, relationship in (*_RELATION_FORMS, (_MY_NAMED, None)):
         for match in pattern.finditer(text):
-            if relationship not in relationships:
+            if (relationship or _named(match)) not in relationships:
                 return False
             spans.append(match.span())
-    if not spans or _MY_NAMED.search(text):
+    if not spans:
         return False
     rest = "".join(c for i, c in enumerate(text) if not any(a <= i < b for a, b in spans))
     return len(re.findall(r"\w+", rest)) <= 1
@@ -233,7 +256,8 @@ class OfflineExtractor:
     def contradictions(
         self, triples: Sequence[Triple], edges: Sequence[KnownEdge]
     ) -> tuple[Contradictions, Usage]:
-        """A new place, employer, job or spouse ends the old one; dislikes ends likes, and back."""
+        """A new value of an exclusive relationship (a place, employer, job, spouse, partner,
+        parent or boss) ends the old one; dislikes ends likes, and back."""
         result = Contradictions()
         for edge in edges:
             for triple in triples:
