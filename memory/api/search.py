@@ -16,20 +16,22 @@ from audit.access import note_access
 from memory import search as searching
 from memory.api import responses as r
 from memory.api import serializers as s
-from memory.api.common import matching, tenant
+from memory.api.common import matching, project_id, tenant
 from memory.api.graph import search_relations as graph_relations
-from memory.text.query import analyse
 
 
 def search(request: Request, *, envelope: bool) -> Response:
     serializer = s.SearchSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    query = analyse(data["query"], reference=data.get("reference_date"))
+    memories = matching(request, data)
+    query = searching.prepare(
+        project_id(request), memories, data["query"], reference=data.get("reference_date")
+    )
     with tenant(request) as project:
         found = searching.search(
             project,
-            matching(request, data),
+            memories,
             query,
             top_k=data.get("limit") or data["top_k"],
             threshold=data["threshold"],

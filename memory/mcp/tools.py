@@ -41,7 +41,6 @@ from memory.api.common import MemoryPagination, actor, matching, tenant
 from memory.mcp.scope import ScopeRefusedError, fixed_filters, scope_ids, within
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent
 from memory.text.embeddings import embed_one
-from memory.text.query import analyse
 from tenants.authentication import request_key
 
 INSTRUCTIONS = (
@@ -259,11 +258,12 @@ def search_memories(
     request = caller.request
     body = {"query": query, "top_k": top_k, "filters": fixed_filters(caller.fixed, filters)}
     data = valid(s.SearchSerializer(data=body))
-    analysed = analyse(data["query"])
+    memories = matching(request, data)
+    analysed = searching.prepare(common.project_id(request), memories, data["query"])
     with tenant(request) as project:
         found = searching.search(
             project,
-            matching(request, data),
+            memories,
             analysed,
             top_k=data["top_k"],
             threshold=data["threshold"],

@@ -54,6 +54,7 @@ from memory.queries.relations import (
     graph_edges,
     graph_relations,
     graph_traversal,
+    own_names,
     search_relations,
 )
 
@@ -83,6 +84,7 @@ __all__ = [
     "matching",
     "memories",
     "memory_in_any_state",
+    "own_names",
     "retention",
     "retention_due",
     "scope_counts",

@@ -1,9 +1,9 @@
 """The graph reads (memory.graph): what a search filter keeps of the graph (graph_edges), the
-relations of a graph read counted and sliced in the database, a traversal, and the relations a
-search answers with.
+relations of a graph read counted and sliced in the database, a traversal, the relations a
+search answers with, and the names a scope's own user or agent goes by (own_names).
 
 May import memory.queries.core (matching), memory.graph, memory.models,
-memory.retrieval.filters and memory.text.query.
+memory.retrieval.filters and memory.text (query, recognise).
 """
 
 from __future__ import annotations
@@ -13,13 +13,40 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory import graph
-from memory.models import SCOPE_FIELDS
+from memory.models import SCOPE_FIELDS, Memory, MemoryEntity
 from memory.queries.core import matching
 from memory.retrieval.filters import FilterError, compile_filters, scope_fields_named
+from memory.text import recognise
 from memory.text.query import Query
 
 # Relations a search answers with, when asked (enable_graph).
 SEARCH_RELATIONS = 20
+# Memories read to find which of a query's names the scope's own user or agent goes by.
+OWN_NAME_MEMORIES = 50
+
+
+def own_names(project_id: uuid.UUID, scope: dict[str, str], names: Sequence[str]) -> frozenset[str]:
+    """Which of `names` (normalised) the scope's own user or agent goes by: its id (`scope`
+    holds a user_id or, for an agent's own memories, an agent_id), or a name one of its active
+    memories linked to that name says it is called ("My name is Dana.", "User goes by Dee":
+    recognise.own_names). The links are read by the (project, name, user) index; the memories'
+    text is tested only where it has a naming word (recognise.OWN_NAME_HINT)."""
+    field = "user_id" if scope.get("user_id") else "agent_id" if scope.get("agent_id") else None
+    if field is None or not names:
+        return frozenset()
+    own = {n for n in names if n == recognise.normalise(scope[field])}
+    rest = [n for n in names if n not in own]
+    if not rest:
+        return frozenset(own)
+    links = MemoryEntity.objects.filter(
+        project_id=project_id,
+        entity_name__in=rest,
+        **{field: scope[field]},
+        memory__state=Memory.State.ACTIVE,
+        memory__text__iregex=recognise.OWN_NAME_HINT,
+    ).values_list("entity_name", "memory__text")[:OWN_NAME_MEMORIES]
+    own.update(name for name, text in links if name in recognise.own_names(text))
+    return frozenset(own)
 
 
 def graph_edges(

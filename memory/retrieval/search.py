@@ -234,7 +234,7 @@ def hybrid_search(
     names = list(query.names)
     window = query.window
     # The scope ids the filters pin: the names matched by meaning are the pinned scope's.
-    similar = _similar_names(_pinned_scope(queryset), query, names) if names else None
+    similar = _similar_names(pinned_scope(queryset), query, names) if names else None
     try:
         candidates, candidate_params = _candidate_queries(
             queryset, vector_literal, exact=exact, top_k=top_k, window=window
@@ -248,7 +248,7 @@ def hybrid_search(
     # entity column is probed on the unique (memory, entity_name) index, once per candidate. The
     # names matched by meaning are found once, in a CTE the entity column reads (the query words'
     # vectors are sent once, in a CTE of their own: a dozen words' are 40 kB of text).
-    ctes, cte_params = _keyword_ctes(queryset, query.text)
+    ctes, cte_params = _keyword_ctes(queryset, query.keywords)
     if similar is not None:
         similar_sql, similar_params = _similar_ctes(*similar)
         ctes, cte_params = f"{similar_sql}, {ctes}", (*similar_params, *cte_params)
@@ -374,7 +374,7 @@ def _keyword_ctes(queryset: MemoryQuerySet, query: str) -> tuple[str, tuple[Any,
 def _similar_names(
     pinned: dict[str, Any], query: Query, names: list[str]
 ) -> tuple[QuerySet[EntityVector, dict[str, Any]], str] | None:
-    """The names of the `pinned` project and scope (_pinned_scope) close in meaning to a word of
+    """The names of the `pinned` project and scope (pinned_scope) close in meaning to a word of
     the query (a values queryset of `entity_name`, reading the words' vectors from WORDS_CTE)
     and those vectors (a vector[] literal), or None: matching by meaning is off, the filters pin
     no project or no scope id (the project's every name would be compared), or the query has no
@@ -440,7 +440,7 @@ def _names_scope(lookup: Any) -> bool:
     )
 
 
-def _pinned_scope(queryset: MemoryQuerySet) -> dict[str, Any]:
+def pinned_scope(queryset: MemoryQuerySet) -> dict[str, Any]:
     """The project and the scope ids the queryset requires to equal a value (`project_id = …`,
     `user_id = 'alice'` ANDed at the top of its filter), for narrowing the names matched by
     meaning: {"project_id": …, "user_id": "alice"}, without the keys of what is not pinned."""

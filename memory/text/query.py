@@ -1,6 +1,13 @@
 """A search query, analysed once: its embedding, the names it may mean, the words matched against
 the scope's entity names by meaning (with their vectors), and the time window it names.
 
+Inside a scope, the names its own user or agent goes by (`own_names`: memory.search.prepare
+finds them) count like stop words: "Where does Dana live?" in Dana's scope ranks as "Where does
+the user live?". Every signal reads the neutral text: the embedding, the names and the words
+matched by meaning are the neutral text's, and the keyword signal's words leave the name out.
+Otherwise the one memory that says "My name is Dana." would match the name in all three and
+outrank the fact asked about (bench/assistant.py).
+
 Every entry point analyses the query text with analyse() before it opens its transaction (a
 hosted embedder is an HTTP call, which must never hold a transaction open) and passes the
 Query down: hybrid search ranks with it, and the graph relations a search answers with are
@@ -11,9 +18,10 @@ lookup costs nothing, a hosted embedder is asked once per new word, then cached)
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,7 +39,7 @@ WORD_CACHE = 2048
 
 @dataclass(frozen=True)
 class Query:
-    text: str
+    text: str  # as asked
     # The query's embedding, in pgvector's text form.
     vector: str
     # Normalised names the query may mean (recognise.query_names); empty when the entity signal
@@ -42,22 +50,52 @@ class Query:
     word_vectors: str | None
     # The time window the query names ("last week"), relative to the reference time.
     window: Window | None
+    # The words the keyword signal matches: the text without the scope's own names.
+    keywords: str
 
 
 def analyse(
-    text: str, *, reference: datetime | None = None, embedding: Sequence[float] | None = None
+    text: str,
+    *,
+    reference: datetime | None = None,
+    embedding: Sequence[float] | None = None,
+    own_names: Collection[str] = (),
+    subject: str = "the user",
 ) -> Query:
     """Analyse a search query. `reference` is the time "last week" counts back from (else now);
-    `embedding`, if the caller has it already, is used instead of embedding the text."""
-    vector = literal(embedding if embedding is not None else embed_one(text))
-    names = tuple(query_names(text)) if settings.ENGRAM_SEARCH_ENTITY_WEIGHT > 0 else ()
+    `embedding`, if the caller has it already, is used instead of embedding the text;
+    `own_names`, the normalised names of the scope's own user or agent, are read as `subject`
+    ("the user", "the agent") and left out of the keyword words (see above)."""
+    neutral, keywords = neutralise(text, own_names, subject)
+    vector = literal(embedding if embedding is not None else embed_one(neutral))
+    names = (
+        tuple(n for n in query_names(neutral) if n not in own_names)
+        if settings.ENGRAM_SEARCH_ENTITY_WEIGHT > 0
+        else ()
+    )
     return Query(
         text=text,
         vector=vector,
         names=names,
-        word_vectors=_word_vectors_of(text) if names else None,
+        word_vectors=_word_vectors_of(neutral) if names else None,
         window=time_window(text, reference or timezone.now()),
+        keywords=keywords,
     )
+
+
+def neutralise(text: str, own_names: Collection[str], subject: str) -> tuple[str, str]:
+    """The text with each of `own_names` (and its possessive) read as `subject`, and the text
+    without them: ("Where does the user live?", "Where does   live?") for "Where does Dana
+    live?". Names match whole words, whatever their case and spacing; the longest first."""
+    if not own_names:
+        return text, text
+    names = sorted(own_names, key=len, reverse=True)
+    alternatives = "|".join(r"\s+".join(map(re.escape, name.split())) for name in names)
+    pattern = re.compile(rf"(?<!\w)(?:{alternatives})(['\u2019]s)?(?!\w)", re.IGNORECASE)
+    if pattern.search(text) is None:
+        return text, text
+    neutral = pattern.sub(lambda m: subject + ("'s" if m.group(1) else ""), text)
+    return neutral, pattern.sub(" ", text)
 
 
 def literal(vector: Sequence[float]) -> str:

@@ -21,6 +21,7 @@ been told about.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -121,6 +122,49 @@ def known_names(names: Iterable[str]) -> dict[str, str]:
         if key and key.count(" ") < MAX_KNOWN_WORDS:
             prepared.setdefault(key, name)
     return prepared
+
+
+# How a text says what its first person is called: "My name is Dana", "call me Dana", "I go by
+# Dana", "I'm called Dana", and the third-person forms extraction writes ("User's name is Dana",
+# "User goes by Dana", "Name is Dana"). The name is the run of capitalised words that follows.
+_OWN_NAME = re.compile(
+    r"(?:\b(?:my|(?:the )?user['\u2019]s)\s+(?:first\s+|full\s+|given\s+)?name\s*(?:is|['\u2019]s)"
+    r"|^\s*name\s+is|\b(?:call|calls)\s+me|\b(?:i|user)\s+(?:go|goes)\s+by"
+    r"|\b(?:i['\u2019]m|i\s+am|user\s+is)\s+(?:called|named))\s+",
+    re.IGNORECASE,
+)
+_NAME_WORDS = re.compile(r"[^\W\d_][\w'\u2019-]*(?:[ \t]+[^\W\d_][\w'\u2019-]*){0,2}")
+# An introduction: "I'm Dana." "Hi, I am Mary Jane, ..." "I'm Theo and ...": capitalised words
+# after "I'm" that end the clause. (A capitalised word that is not a name, "I'm British.", is
+# read as one too: the price of reading the most common way people give their name.)
+_INTRODUCTION = re.compile(
+    r"\b(?:i['\u2019]m|i\s+am)\s+(?P<name>[^\W\d_][\w'\u2019-]*(?:[ \t]+[^\W\d_][\w'\u2019-]*){0,2}?)"
+    r"(?=\s*(?:[,.;!?]|$)|\s+(?:and|but|though|from|here)\b)",
+    re.IGNORECASE,
+)
+# What a memory must contain to say a name of its first person (a cheap filter before the forms
+# above), as a PostgreSQL regular expression.
+OWN_NAME_HINT = r"\m(name|call|calls|go|goes|called|named|m|am)\M"
+
+
+def own_names(text: str) -> list[str]:
+    """Normalised names the text says its first person (or its user) goes by: "My name is Mary
+    Jane Watson." gives "mary jane watson", "mary jane" and "mary" (a first name alone names the
+    same person). A name is a run of up to three capitalised words after one of the forms above."""
+    text = text[:MAX_TEXT]
+    runs: list[list[str]] = []
+    for match in _OWN_NAME.finditer(text):
+        following = _NAME_WORDS.match(text, match.end())
+        words = following.group().split() if following else []
+        runs.append(list(itertools.takewhile(lambda w: w[:1].isupper(), words)))
+    for match in _INTRODUCTION.finditer(text):
+        words = match.group("name").split()
+        runs.append(words if all(w[:1].isupper() for w in words) else [])
+    found = []
+    for run in runs:
+        words = [_POSSESSIVE.sub("", w) for w in run]
+        found += [normalise(" ".join(words[:n])) for n in range(len(words), 0, -1)]
+    return [n for n in dict.fromkeys(found) if n not in STOP_WORDS]
 
 
 def recognise(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]:

@@ -44,7 +44,6 @@ from memory.actions import Actor
 from memory.models import Memory, MemoryHistory
 from memory.parts import describe
 from memory.text.embeddings import embed_one
-from memory.text.query import analyse
 from tenants import links
 from tenants.db import project_context
 from tenants.models import Project
@@ -158,9 +157,10 @@ def home(request: HttpRequest, me: EndUser) -> HttpResponse:
     error = ""
     if len(query) > MAX_QUERY_CHARS:
         error, query = f"Search for at most {MAX_QUERY_CHARS} characters.", ""
-    analysed = analyse(query) if query else None  # before the transaction: may be HTTP
+    mine = queries.user_memories(me.project_id, me.user_id).light()
+    # Before the transaction: may be HTTP.
+    analysed = searching.prepare(me.project_id, mine, query) if query else None
     with me.context():
-        mine = queries.user_memories(me.project_id, me.user_id).light()
         if analysed is not None:
             hits = searching.search(me.project_id, mine, analysed, top_k=SEARCH_RESULTS).hits
             found: Any = [hit.memory for hit in hits]

@@ -28,7 +28,7 @@ from config.inputs import UnsafeInputError, check_json
 from memory import actions, queries
 from memory import search as searching
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
-from memory.text.query import Query, analyse
+from memory.text.query import Query
 from memory.web.common import Dashboard, operator_page
 from tenants.db import project_context
 
@@ -176,15 +176,15 @@ def memory_list(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     }
     valid = form.is_valid()
     text = form.cleaned_data["q"] if valid else ""
+    found = form.memories(dash.project.pk) if valid else None
     query: Query | None = None
     if text:
         try:
-            query = analyse(text)
+            query = searching.prepare(dash.project.pk, found, text)
         except ServiceUnavailableError as error:  # a hosted embedder that failed
             form.add_error("q", f"Search is unavailable: {error}")
     with project_context(dash.project.pk):
-        if valid:
-            found = form.memories(dash.project.pk)
+        if found is not None:
             if query is not None:
                 context["hits"] = searching.search(
                     dash.project.pk, found, query, top_k=SEARCH_RESULTS

@@ -104,11 +104,14 @@ class SearchTestCase(BaseTestCase):
         with CaptureQueriesContext(connection) as queries:
             self.search(body)
         statements = [q["sql"][:40] for q in queries if "SAVEPOINT" not in q["sql"]]
-        # 1 key lookup, then one transaction: 2 tenant context, 3 the search, 4 the access-log
-        # row (last_used_at was stamped moments ago, so it is not written again; a default
-        # search reads no linked_memory_ids). The test runs in a transaction of its own, so the
-        # tenant is then restored: 5, not in production.
-        assert len(statements) == 5, statements
+        # 1 key lookup; a short read of the names the scope's user goes by: 2 tenant context,
+        # 3 the read; then the request's transaction: 5 tenant context, 6 the search, 7 the
+        # access-log row (last_used_at was stamped moments ago, so it is not written again; a
+        # default search reads no linked_memory_ids). The test runs in a transaction of its own,
+        # so the tenant is restored after each: 4 and 8, not in production.
+        assert len(statements) == 8, statements
+        assert statements[2].startswith('SELECT "memory_memoryentity"')
+        assert statements[5].startswith("WITH ")
         assert statements[1] == statements[-1] == "SELECT set_config('engram.project_id', '"
 
     def test_it_refuses_bad_input(self) -> None:

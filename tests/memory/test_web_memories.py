@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.test import TestCase
 
+from memory import graph
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from memory.text import embeddings
 from memory.text.embeddings import EmbeddingError
@@ -242,14 +243,21 @@ class WebMemoriesTestCase(TestCase):
         with self.assertNumQueries(11):
             self.client.get(url, {"user_id": "alice"})
 
+    def test_in_a_users_scope_their_own_name_carries_no_weight(self) -> None:
+        with project_context(self.project.pk):
+            mine = add_texts(self.project, ["My name is Bob.", "I live in Austin."], user_id="bob")
+        graph.link_mentions(self.project.pk, [m.pk for m in mine])
+        assert self.listing(q="where does bob live", user_id="bob")[0] == "I live in Austin."
+
     def test_it_pins_the_scopes_and_search_queries(self) -> None:
         self.client.get(self.url())  # warm the session
         # 1 session, 2 user, 3 project, 4 role, 5 savepoint, 6 set tenant, 7 the four kinds'
         # counts (one UNION ALL), 8 switcher's projects, 9 restore tenant, 10 release
         with self.assertNumQueries(10):
             self.client.get(self.url())
-        # ... 7 the hybrid search (one statement), 8 switcher's projects, ...
-        with self.assertNumQueries(10):
+        # ... first the names the scope's user goes by (savepoint, set tenant, the read, restore,
+        # release), then 7 the hybrid search (one statement), 8 switcher's projects, ...
+        with self.assertNumQueries(15):
             self.client.get(self.url("memories/"), {"q": "tea", "user_id": "alice"})
 
     def test_it_searches_deleted_memories_when_asked(self) -> None:

@@ -1,0 +1,141 @@
+"""Inside a scope, the names its own user goes by count like stop words (memory.search.prepare,
+memory.queries.own_names, memory.text.recognise.own_names, memory.text.query.neutralise)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+
+from memory import graph, queries
+from memory import search as searching
+from memory.models import Memory
+from memory.retrieval.filters import compile_filters
+from memory.text.embeddings import embed_one
+from memory.text.query import literal, neutralise
+from memory.text.recognise import own_names
+from tenants.db import project_context
+from tests.base import BaseTestCase
+from tests.factory import add_texts
+
+DANA = [
+    "My name is Dana.",
+    "I moved to Porto last year and rent a flat near the river.",
+    "On weekends I play the cello with a small amateur orchestra.",
+    "We have a grey cat called Pixel.",
+    "I'm a nurse on the children's ward at a hospital downtown.",
+    "My sister is called Ana and she teaches in Denver.",
+    "I'm allergic to peanuts, so I always check labels.",
+    "Dana's favourite food is grilled sardines.",
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("My name is Dana.", ["dana"]),
+        ("my name's Søren, with the slashed o", ["søren"]),
+        ("My name is Mary Jane Watson, hi", ["mary jane watson", "mary jane", "mary"]),
+        ("Everyone calls me Mary Jane, never just Mary.", ["mary jane", "mary"]),
+        ("I go by Bart at work", ["bart"]),
+        ("I'm Oluwaseun, but my friends just say Seun.", ["oluwaseun"]),
+        ("Hi, I am Theo and I like tea", ["theo"]),
+        ("User's name is Bartholomew.", ["bartholomew"]),
+        ("User goes by Dee.", ["dee"]),
+        ("Name is Rose", ["rose"]),
+        # Not the first person's name: another's, or no name at all.
+        ("My sister is called Ana.", []),
+        ("My dog's name is Rex.", []),
+        ("My name is not important.", []),
+        ("I'm tired.", []),
+        ("I'm a nurse.", []),
+        ("I'm from Berlin.", []),
+        ("I'm going to Paris.", []),
+    ],
+)
+def test_own_names_reads_how_a_text_names_its_first_person(text: str, names: list[str]) -> None:
+    assert own_names(text) == names
+
+
+def test_neutralise_reads_a_name_as_the_subject_and_drops_it_from_the_keywords() -> None:
+    assert neutralise("Where does Dana live?", {"dana"}, "the user") == (
+        "Where does the user live?",
+        "Where does   live?",
+    )
+    assert neutralise("what's DANA\u2019S cat called", {"dana"}, "the user")[0] == (
+        "what's the user's cat called"
+    )
+    # The longest name first, across spacing; a name inside a word is not the name.
+    assert neutralise("Is Mary  Jane Danish?", {"mary", "mary jane"}, "the user")[0] == (
+        "Is the user Danish?"
+    )
+    assert neutralise("Where does Danae live?", {"dana"}, "the user") == (
+        "Where does Danae live?",
+        "Where does Danae live?",
+    )
+    assert neutralise("Where does Dana live?", set(), "the user")[0] == "Where does Dana live?"
+
+
+class OwnNamesTestCase(BaseTestCase):
+    memories: ClassVar[list[Memory]]
+
+    @classmethod
+    def setUpTestData(cls) -> None:
+        super().setUpTestData()
+        project = cls.alice.key.project
+        with project_context(project.pk):
+            cls.memories = add_texts(project, DANA, user_id="dana")
+            bob = add_texts(project, ["I live in Austin.", "I love tacos."], user_id="bob")
+            erik = add_texts(project, ["I live in Oslo."], user_id="erik")
+        graph.link_mentions(project.pk, [m.pk for m in [*cls.memories, *bob, *erik]])
+
+    def first(self, query: str, user_id: Any = "dana") -> str:
+        response = self.call(
+            "post", "/v3/memories/search/", {"query": query, "filters": {"user_id": user_id}}
+        )
+        assert response.status_code == 200, response.content
+        return response.json()["results"][0]["memory"]
+
+    def test_a_question_naming_the_user_ranks_by_the_rest_of_the_question(self) -> None:
+        expected = {
+            "Where does Dana live?": DANA[1],
+            "What instrument does Dana play?": DANA[2],
+            "What's the name of Dana's cat?": DANA[3],
+            "What does Dana do for work?": DANA[4],
+            "Is Dana allergic to anything?": DANA[6],
+        }
+        for query, fact in expected.items():
+            assert self.first(query) == fact, query
+
+    def test_a_question_about_the_name_still_finds_it(self) -> None:
+        assert self.first("What is Dana's name?") == DANA[0]
+
+    def test_the_scope_id_is_an_own_name_too(self) -> None:
+        assert self.first("where does bob live", "bob") == "I live in Austin."
+        query = searching.prepare(
+            self.alice.key.project_id, self.scope("bob"), "Where does Bob live?"
+        )
+        assert "bob" not in query.names and "Bob" not in query.keywords
+
+    def test_only_the_scopes_own_names_and_only_in_a_pinned_scope(self) -> None:
+        project = self.alice.key.project_id
+        # Ana is Dana's sister: her name keeps its weight in Dana's scope.
+        assert "ana" in searching.prepare(project, self.scope("dana"), "What does Ana do?").names
+        assert self.first("What does Ana do?") == DANA[5]
+        # Erik's scope: "Dana" is someone else there.
+        assert "dana" in searching.prepare(project, self.scope("erik"), "Who is Dana?").names
+        # A search across users: the name tells them apart.
+        everyone = queries.matching(project, compile_filters({"user_id": "*"}))
+        assert "dana" in searching.prepare(project, everyone, "Where does Dana live?").names
+        with project_context(project):
+            assert queries.own_names(project, {"user_id": "dana"}, ["dana", "ana", "porto"]) == {
+                "dana"
+            }
+
+    def test_every_signal_reads_the_neutral_question(self) -> None:
+        query = searching.prepare(self.alice.key.project_id, self.scope("dana"), "Dana's cat?")
+        assert (query.keywords.strip(" ?"), query.names) == ("cat", ("cat",))
+        assert query.vector == literal(embed_one("the user's cat?"))
+
+    def scope(self, user_id: str) -> Any:
+        return queries.matching(self.alice.key.project_id, compile_filters({"user_id": user_id}))
