@@ -18,13 +18,15 @@ from typing import Any
 from memory import graph, queries
 from memory.models import MemoryQuerySet
 from memory.retrieval.search import ScoredMemory, hybrid_search, pinned_scope
-from memory.text.query import Query, analyse
+from memory.text.embeddings import in_process
+from memory.text.query import Query, analyse, with_own_names
 from memory.text.recognise import query_names
 from tenants.db import project_context
 
-# The similarity below which a memory that shares no word, name or time window with the query
-# is left out (the API's default `threshold`; the dashboards use it too).
-DEFAULT_THRESHOLD = 0.1
+# The score below which a memory is left out (the API's default `threshold`; the dashboards use
+# it too): retrieval.scoring calibrates the score so that this keeps the evidence and drops what
+# a scope holds nothing about.
+DEFAULT_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,37 @@ def prepare(
     reference: datetime | None = None,
 ) -> Query:
     """`text` analysed for a search of `memories` (memory.text.query.analyse), outside any
-    transaction. When `memories` pins a user (or only an agent), the names that user or agent
-    goes by are read first, in a short read of its own (queries.own_names), so that inside its
-    own scope "Where does Dana live?" ranks as "Where does the user live?"."""
+    transaction (a hosted embedder is an HTTP call).
+
+    Inside a scope its own user's (or agent's) names count like stop words: "Where does Dana
+    live?" in Dana's scope ranks as "Where does the user live?" (own_names). With the local
+    model, search() reads them in its own transaction (one indexed statement) and embeds the
+    neutral text there only when the query names the user (the model needs no network); with a
+    hosted embedder they are read here first, in a short read of their own, so that no HTTP
+    call is made inside a transaction."""
     scope = pinned_scope(memories)
-    own: frozenset[str] = frozenset()
-    if scope.get("user_id") or scope.get("agent_id"):
-        with project_context(project_id):
-            own = queries.own_names(project_id, scope, query_names(text))
-    subject = "the agent" if not scope.get("user_id") and scope.get("agent_id") else "the user"
-    return analyse(text, reference=reference, own_names=own, subject=subject)
+    if not _subject(scope) or in_process():
+        return analyse(text, reference=reference)
+    with project_context(project_id):
+        own = queries.own_names(project_id, scope, query_names(text))
+    return analyse(text, reference=reference, own_names=own, subject=_subject(scope))
+
+
+def own_names(project_id: uuid.UUID, memories: MemoryQuerySet, query: Query) -> Query:
+    """`query` with the names of the scope `memories` pins read as its subject, unless prepare()
+    read them already or no user or agent is pinned. In the caller's tenant context."""
+    if query.own_names is not None:
+        return query
+    scope = pinned_scope(memories)
+    if not _subject(scope):
+        return query
+    own = queries.own_names(project_id, scope, query_names(query.text))
+    return with_own_names(query, own, _subject(scope)) if own else query
+
+
+def _subject(scope: dict[str, Any]) -> str:
+    """How a query in this scope calls its own user or agent; "" when none is pinned."""
+    return "the user" if scope.get("user_id") else "the agent" if scope.get("agent_id") else ""
 
 
 def search(
@@ -71,6 +94,7 @@ def search(
     `linked` adds each hit's lineage (Mem0's linked_memory_ids: asked with latest_only=false);
     `relations_of`, a filter the graph reads (the search's own, with its scope ids), adds the
     graph relations (enable_graph). Runs in the caller's tenant context."""
+    query = own_names(project_id, memories, query)
     hits = hybrid_search(memories, query, top_k=top_k, threshold=threshold)
     ids = [hit.memory.id for hit in hits]
     return Found(

@@ -59,17 +59,24 @@ class MemorySerializer(Closed):
 
 class ScoreBreakdownSerializer(Closed):
     semantic = serializers.FloatField(help_text="Cosine similarity to the query, clamped at 0.")
-    bm25 = serializers.FloatField(help_text="Keyword rank, bounded: rank / (rank + 0.5).")
+    bm25 = serializers.FloatField(help_text="Keyword rank (BM25), bounded: rank / (rank + 1).")
     entity = serializers.FloatField(help_text="Entities the query names, weighed by rarity.")
+    relevance = serializers.FloatField(
+        help_text="The signals fused (a weighted mean, with a share of the best in the same "
+        "conversation); the results are in its order."
+    )
+    distinctiveness = serializers.FloatField(
+        help_text="The query's, the same for every result: how far the scope's closest memory "
+        "in meaning stands out from the next 29 (its cosine less their mean)."
+    )
 
 
 class ScoredMemorySerializer(MemorySerializer):
     score = serializers.FloatField(
-        help_text="Relevance in [0, 1], comparable across queries: the best result's is its own "
-        "fused relevance (meaning, keywords, entities, its conversation, the time window the "
-        "query names); the others' is discounted by how far behind the best they are. A best "
-        "score of 0.3 or more means the scope holds something about the query (docs/search.md: How "
-        "search works)."
+        help_text="In [0, 1], calibrated on data, the same across queries and scopes: a logistic "
+        "of the relevance and the query's distinctiveness. `threshold` cuts on it (default 0.5: "
+        "nothing is returned when nothing stored is about the query). How search works: "
+        "docs/search.md."
     )
     score_breakdown = ScoreBreakdownSerializer()
 

@@ -49,6 +49,8 @@ def search(request: Request, *, envelope: bool) -> Response:
                 "semantic": round(hit.score.semantic, 6),
                 "bm25": round(hit.score.bm25, 6),
                 "entity": round(hit.score.entity, 6),
+                "relevance": round(hit.score.relevance, 6),
+                "distinctiveness": round(hit.score.distinctiveness, 6),
             },
         }
         for hit in found.hits

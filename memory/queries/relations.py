@@ -12,8 +12,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connection
+
 from memory import graph
-from memory.models import SCOPE_FIELDS, Memory, MemoryEntity
+from memory.models import SCOPE_FIELDS
 from memory.queries.core import matching
 from memory.retrieval.filters import FilterError, compile_filters, scope_fields_named
 from memory.text import recognise
@@ -23,29 +25,44 @@ from memory.text.query import Query
 SEARCH_RELATIONS = 20
 # Memories read to find which of a query's names the scope's own user or agent goes by.
 OWN_NAME_MEMORIES = 50
+# The active memories that may say what their first person is called (a superset of what
+# recognise.own_names reads): the condition of the partial index memory_own_names (memory
+# migration 0022), character for character, so the planner reads that index.
+OWN_NAME_PREDICATE = (
+    "state = 'active' AND ("
+    r"text ~* '\m(my|user''s)\s+((first|full|given)\s+)?name(\s+is|''s|\u2019s)\M"
+    r"|^\s*name\s+is\M|\mcalls?\s+me\M|\m(i|user)\s+go(es)?\s+by\M"
+    r"|\m(i''m|i\u2019m|i\s+am|user\s+is)\s+(called|named)\M'"
+    r" OR text ~ '\m[Ii](''|\u2019)m\s+[[:upper:]]|\m[Ii]\s+am\s+[[:upper:]]')"
+)
+OWN_NAMES_SQL = f"""
+SELECT e.entity_name, m.text FROM memory_memory m
+JOIN memory_memoryentity e ON e.memory_id = m.id AND e.entity_name = ANY(%(names)s::text[])
+WHERE m.project_id = %(project)s AND {{scope}} AND {OWN_NAME_PREDICATE}
+LIMIT {OWN_NAME_MEMORIES}
+"""  # noqa: S608 (constants; every value is a parameter)
 
 
 def own_names(project_id: uuid.UUID, scope: dict[str, str], names: Sequence[str]) -> frozenset[str]:
     """Which of `names` (normalised) the scope's own user or agent goes by: its id (`scope`
     holds a user_id or, for an agent's own memories, an agent_id), or a name one of its active
     memories linked to that name says it is called ("My name is Dana.", "User goes by Dee":
-    recognise.own_names). The links are read by the (project, name, user) index; the memories'
-    text is tested only where it has a naming word (recognise.OWN_NAME_HINT)."""
-    field = "user_id" if scope.get("user_id") else "agent_id" if scope.get("agent_id") else None
-    if field is None or not names:
+    recognise.own_names). The memories are read by the partial index of those that may say so
+    (OWN_NAME_PREDICATE), then their links to the names."""
+    user, agent = scope.get("user_id"), scope.get("agent_id")
+    mine = user or agent
+    if not mine or not names:
         return frozenset()
-    own = {n for n in names if n == recognise.normalise(scope[field])}
+    own = {n for n in names if n == recognise.normalise(mine)}
     rest = [n for n in names if n not in own]
     if not rest:
         return frozenset(own)
-    links = MemoryEntity.objects.filter(
-        project_id=project_id,
-        entity_name__in=rest,
-        **{field: scope[field]},
-        memory__state=Memory.State.ACTIVE,
-        memory__text__iregex=recognise.OWN_NAME_HINT,
-    ).values_list("entity_name", "memory__text")[:OWN_NAME_MEMORIES]
-    own.update(name for name, text in links if name in recognise.own_names(text))
+    where = "m.user_id = %(id)s" if user else "m.user_id IS NULL AND m.agent_id = %(id)s"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            OWN_NAMES_SQL.format(scope=where), {"names": rest, "project": project_id, "id": mine}
+        )
+        own.update(name for name, text in cursor.fetchall() if name in recognise.own_names(text))
     return frozenset(own)
 
 

@@ -9,13 +9,23 @@ little and a rare word a lot. Neither signal is stretched over the candidate set
 signal is the cosine itself (clamped at 0), the keyword signal is bounded as
 score / (score + KEYWORD_HALF). They are combined as a weighted mean with fixed
 weights. Candidates from the same conversation as a strong hit get a share of its score ("event
-prior"): the turns around a relevant turn are often relevant too. That fused relevance is the
-best candidate's score as it is, so the best score of a query means the same whatever else the
-query found: it compares across queries and a fixed threshold on it tells a related query from an
-unrelated one. Every other candidate's is discounted by how far it is behind the best, times
-(fused / best) ** RELATIVE_EXPONENT, which keeps the order and lets a fixed threshold cut a
-list's tail as well (bench/locomo.py --calibration reports precision and recall at fixed
-thresholds).
+prior"): the turns around a relevant turn are often relevant too. That is a memory's relevance.
+
+The score a caller sees, and the one `threshold` cuts on, calibrates it (calibrated()): a
+logistic of the relevance plus the query's distinctiveness in the scope, how far the scope's
+closest memory in meaning stands out from the next DISTINCTIVE_POOL - 1 (its cosine less their
+mean). Long conversations share their topics and words from turn to turn, so a question asked of
+the wrong conversation still finds memories of some relevance; what it does not find is one that
+stands out. The constants were fitted on the three benchmark sets together (bench/locomo.py and
+bench/longmemeval.py --calibration, bench/assistant.py: the best result of questions the scope
+answers against that of questions it does not, each set weighing the same), and SCORE_MIDPOINT
+placed so that the default threshold, 0.5, keeps at least 95 % of the evidence the top 10 holds
+at threshold 0 on each (docs/benchmarks.md has the figures). The fit's steepness (29) is lowered
+to SCORE_STEEPNESS so that the scores spread over the range where a threshold is worth choosing
+(0.05 to 0.95: relevance + DISTINCTIVE_WEIGHT * distinctiveness 0.3 either side of the midpoint)
+instead of crowding at 0 and 1; it moves no cut at 0.5. Within one query the score
+follows the relevance, so the order is the relevance's; across queries and scopes the same score
+means the same, and a fixed threshold tells a related memory from an unrelated one.
 
 Temporal intent: when the query names a time window (memory.text.temporal: "last week",
 "in May 2023", relative to the request's reference date) and some candidates' event times fall in
@@ -44,9 +54,6 @@ from dataclasses import dataclass
 KEYWORD_WEIGHT = 1.0
 SEMANTIC_WEIGHT = 0.5
 EVENT_PRIOR = 0.3
-# A candidate's score is its own fused relevance times (that / the query's best) ** this: the
-# best result keeps its absolute score, the others are discounted by how far behind it they are.
-RELATIVE_EXPONENT = 3.0
 # With temporal intent ("last week", "in May 2023"), the fused relevance of a memory whose event
 # time falls outside the window is multiplied by this (if any candidate falls inside).
 OUT_OF_WINDOW = 0.75
@@ -64,6 +71,18 @@ BM25_B = 0.75
 TERM_WEIGHTS = {"A": 1.0, "B": 0.5, "C": 0.25, "D": 0.1}
 # How much an entity name matched by meaning counts against one the query names.
 SIMILAR_NAME_WEIGHT = 0.3
+# The calibrated score: 1 / (1 + exp(-SCORE_STEEPNESS * (relevance + DISTINCTIVE_WEIGHT *
+# distinctiveness - SCORE_MIDPOINT))); the distinctiveness is measured over the candidates'
+# DISTINCTIVE_POOL best cosines (see above).
+SCORE_STEEPNESS = 10.0
+DISTINCTIVE_WEIGHT = 0.83
+SCORE_MIDPOINT = 0.175
+DISTINCTIVE_POOL = 30
+# The cosine a question typically has with the memories of a scope that are not about it (the
+# bundled MiniLM: the median on bench/assistant.py's scopes is 0.07); a scope with fewer than
+# DISTINCTIVE_POOL candidates has its missing ones counted at this, so that in a scope of three
+# memories a weak best does not stand out from nothing.
+BACKGROUND = 0.1
 
 
 @dataclass(frozen=True)
@@ -78,11 +97,29 @@ class Signals:
 
 @dataclass(frozen=True)
 class Score:
-    score: float
+    score: float  # calibrated: what the caller sees and `threshold` cuts on
     semantic: float
     bm25: float
     entity: float = 0.0
     temporal: float = 0.0  # 1 when the memory's event time is in the window the query names
+    relevance: float = 0.0  # the fused signals
+    distinctiveness: float = 0.0  # the query's, in the scope (the same for every candidate)
+
+
+def distinctiveness(semantic: Sequence[float]) -> float:
+    """How far the closest of the candidates' cosines (clamped at 0) stands out from the next
+    DISTINCTIVE_POOL - 1: the best less their mean, the missing ones counted at BACKGROUND."""
+    closest = sorted((max(0.0, s) for s in semantic), reverse=True)[:DISTINCTIVE_POOL]
+    if not closest:
+        return 0.0
+    rest = sum(closest[1:]) + BACKGROUND * (DISTINCTIVE_POOL - len(closest))
+    return closest[0] - rest / (DISTINCTIVE_POOL - 1)
+
+
+def calibrated(relevance: float, distinct: float) -> float:
+    """The score of a memory of this relevance for a query of this distinctiveness, in (0, 1)."""
+    x = SCORE_STEEPNESS * (relevance + DISTINCTIVE_WEIGHT * distinct - SCORE_MIDPOINT)
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, x))))
 
 
 def bounded_keyword(rank: float) -> float:
@@ -114,9 +151,10 @@ def fuse(
     entity_weight: float = 0.0,
     similar_names: AbstractSet[str] = frozenset(),
 ) -> list[Score]:
-    """Return one Score per candidate, in the same order. The best candidate's score depends
-    on its own signals (and, through the entity rarity and the conversation prior, on the
-    others'), never on a rescaling of the list: an unrelated query's best scores low."""
+    """Return one Score per candidate, in the same order. Each depends on its own signals (and,
+    through the entity rarity and the conversation prior, on the others') and on how far the
+    query's closest memory stands out, never on a rescaling of the list: an unrelated query's
+    best scores low."""
     if not candidates:
         return []
     semantic = [max(0.0, c.semantic) for c in candidates]
@@ -143,14 +181,16 @@ def fuse(
     inside = [bool(c.in_window) for c in candidates]
     if any(inside):
         fused = [f if i else f * OUT_OF_WINDOW for f, i in zip(fused, inside, strict=True)]
-    best = max(fused)
+    distinct = distinctiveness([c.semantic for c in candidates])
     return [
         Score(
-            score=min(1.0, max(0.0, f * (f / best) ** RELATIVE_EXPONENT if best > 0 else 0.0)),
+            score=calibrated(f, distinct),
             semantic=s,
             bm25=k,
             entity=e,
             temporal=1.0 if i else 0.0,
+            relevance=f,
+            distinctiveness=distinct,
         )
         for f, s, k, e, i in zip(fused, semantic, keyword, entity, inside, strict=True)
     ]

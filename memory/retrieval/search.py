@@ -296,13 +296,9 @@ def hybrid_search(
         # What the candidates are linked to beyond the query's own names was matched by meaning.
         similar_names=frozenset(n for row in rows for n in row[-1]).difference(names),
     )
-    # As in Mem0, the threshold is on semantic similarity, so it drops what is unrelated in
-    # meaning; a memory that shares a query word or a named entity, or falls in the time window
-    # the query names, is kept all the same.
+    # The threshold cuts on the score the caller sees (scoring: the fused relevance).
     relevant = [
-        (row, score)
-        for row, score in zip(rows, scores, strict=True)
-        if score.semantic >= threshold or row[-2] > 0 or row[-1] or row[-4]
+        (row, score) for row, score in zip(rows, scores, strict=True) if score.score >= threshold
     ]
     relevant.sort(key=lambda pair: pair[1].score, reverse=True)
     return [ScoredMemory(_memory(row), score) for row, score in relevant[:top_k]]

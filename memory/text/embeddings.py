@@ -310,6 +310,11 @@ def get_embedder() -> Embedder:
     return _embedder
 
 
+def in_process() -> bool:
+    """Whether embedding runs in this process (the local model), not over HTTP."""
+    return settings.ENGRAM_EMBEDDER != "openai-compatible"
+
+
 def embed(texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
     return get_embedder().embed(texts, max_tokens)
 

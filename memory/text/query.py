@@ -52,6 +52,8 @@ class Query:
     window: Window | None
     # The words the keyword signal matches: the text without the scope's own names.
     keywords: str
+    # The scope's own names the analysis read as its subject; None: not looked for yet.
+    own_names: frozenset[str] | None = None
 
 
 def analyse(
@@ -59,27 +61,49 @@ def analyse(
     *,
     reference: datetime | None = None,
     embedding: Sequence[float] | None = None,
-    own_names: Collection[str] = (),
+    own_names: Collection[str] | None = None,
     subject: str = "the user",
 ) -> Query:
     """Analyse a search query. `reference` is the time "last week" counts back from (else now);
     `embedding`, if the caller has it already, is used instead of embedding the text;
     `own_names`, the normalised names of the scope's own user or agent, are read as `subject`
-    ("the user", "the agent") and left out of the keyword words (see above)."""
-    neutral, keywords = neutralise(text, own_names, subject)
-    vector = literal(embedding if embedding is not None else embed_one(neutral))
+    ("the user", "the agent") and left out of the keyword words (see above); None: not known
+    yet (with_own_names() applies them later)."""
+    query = Query(
+        text=text,
+        vector="",
+        names=(),
+        word_vectors=None,
+        window=time_window(text, reference or timezone.now()),
+        keywords=text,
+    )
+    return with_own_names(query, own_names, subject, embedding=embedding)
+
+
+def with_own_names(
+    query: Query,
+    own_names: Collection[str] | None,
+    subject: str = "the user",
+    *,
+    embedding: Sequence[float] | None = None,
+) -> Query:
+    """`query` analysed again with the scope's own names read as `subject`: its embedding,
+    names, words matched by meaning and keyword words are the neutral text's."""
+    own = frozenset(own_names) if own_names is not None else None
+    neutral, keywords = neutralise(query.text, own or (), subject)
     names = (
-        tuple(n for n in query_names(neutral) if n not in own_names)
+        tuple(n for n in query_names(neutral) if n not in (own or ()))
         if settings.ENGRAM_SEARCH_ENTITY_WEIGHT > 0
         else ()
     )
     return Query(
-        text=text,
-        vector=vector,
+        text=query.text,
+        vector=literal(embedding if embedding is not None else embed_one(neutral)),
         names=names,
         word_vectors=_word_vectors_of(neutral) if names else None,
-        window=time_window(text, reference or timezone.now()),
+        window=query.window,
         keywords=keywords,
+        own_names=own,
     )
 
 

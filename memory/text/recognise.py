@@ -133,18 +133,16 @@ _OWN_NAME = re.compile(
     r"|\b(?:i['\u2019]m|i\s+am|user\s+is)\s+(?:called|named))\s+",
     re.IGNORECASE,
 )
-_NAME_WORDS = re.compile(r"[^\W\d_][\w'\u2019-]*(?:[ \t]+[^\W\d_][\w'\u2019-]*){0,2}")
+_NAME_RUN = r"[^\W\d_][\w'\u2019-]*(?:[ \t]+[^\W\d_][\w'\u2019-]*){0,2}"
+_NAME_WORDS = re.compile(_NAME_RUN)
 # An introduction: "I'm Dana." "Hi, I am Mary Jane, ..." "I'm Theo and ...": capitalised words
 # after "I'm" that end the clause. (A capitalised word that is not a name, "I'm British.", is
 # read as one too: the price of reading the most common way people give their name.)
 _INTRODUCTION = re.compile(
-    r"\b(?:i['\u2019]m|i\s+am)\s+(?P<name>[^\W\d_][\w'\u2019-]*(?:[ \t]+[^\W\d_][\w'\u2019-]*){0,2}?)"
+    r"\b(?:i['\u2019]m|i\s+am)\s+(?P<name>" + _NAME_RUN + "?)"
     r"(?=\s*(?:[,.;!?]|$)|\s+(?:and|but|though|from|here)\b)",
     re.IGNORECASE,
 )
-# What a memory must contain to say a name of its first person (a cheap filter before the forms
-# above), as a PostgreSQL regular expression.
-OWN_NAME_HINT = r"\m(name|call|calls|go|goes|called|named|m|am)\M"
 
 
 def own_names(text: str) -> list[str]:

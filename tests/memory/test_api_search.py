@@ -6,6 +6,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memory.models import Memory
+from memory.search import DEFAULT_THRESHOLD
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
@@ -61,7 +62,13 @@ class SearchTestCase(BaseTestCase):
         assert results
         for result in results:
             assert 0 <= result["score"] <= 1
-            assert set(result["score_breakdown"]) == {"semantic", "bm25", "entity"}
+            assert set(result["score_breakdown"]) == {
+                "semantic",
+                "bm25",
+                "entity",
+                "relevance",
+                "distinctiveness",
+            }
         assert results[0]["score_breakdown"]["bm25"] > 0  # "coffee" is a keyword hit
 
     def test_it_keeps_to_the_filtered_scope(self) -> None:
@@ -76,12 +83,21 @@ class SearchTestCase(BaseTestCase):
     def test_it_honours_top_k_and_threshold(self) -> None:
         body = {"query": "coffee", "filters": {"user_id": "alice"}, "top_k": 2, "threshold": 0}
         assert len(self.search(body).json()["results"]) == 2
-        # The threshold is on semantic similarity; keyword matches are kept anyway: the coffee
-        # memory, and its neighbour from the same add request, whose keyword context has it.
-        strict = self.search({**body, "top_k": 5, "threshold": 0.99}).json()["results"]
-        assert [r["memory"] for r in strict] == [FACTS[0], FACTS[1]]
-        unrelated = {**body, "query": "quantum chromodynamics", "threshold": 0.5}
-        assert self.search(unrelated).json()["results"] == []
+        # The threshold cuts on the score the caller sees, and on nothing else.
+        everything = self.search({**body, "top_k": 20}).json()["results"]
+        for threshold in (0.3, 0.5, 0.7, 0.9):
+            cut = self.search({**body, "top_k": 20, "threshold": threshold}).json()["results"]
+            assert cut == [r for r in everything if r["score"] >= threshold], threshold
+        assert len({len(r) for r in everything}) == 1 and len(everything) == len(FACTS)
+
+    def test_nothing_relevant_is_an_answer(self) -> None:
+        """At the default threshold a question about something the scope never mentions finds
+        nothing; one it answers finds its answer first."""
+        scoped = {"filters": {"user_id": "alice"}}
+        for query in ("What is her blood type?", "quantum chromodynamics"):
+            assert self.search({**scoped, "query": query}).json()["results"] == [], query
+        found = self.search({**scoped, "query": "Does she have any pets?"}).json()["results"]
+        assert found[0]["memory"] == FACTS[3] and found[0]["score"] >= DEFAULT_THRESHOLD
 
     def test_it_answers_v1_and_v2_with_a_bare_list(self) -> None:
         for path in ("/v2/memories/search/", "/v1/memories/search/"):
@@ -104,14 +120,16 @@ class SearchTestCase(BaseTestCase):
         with CaptureQueriesContext(connection) as queries:
             self.search(body)
         statements = [q["sql"][:40] for q in queries if "SAVEPOINT" not in q["sql"]]
-        # 1 key lookup; a short read of the names the scope's user goes by: 2 tenant context,
-        # 3 the read; then the request's transaction: 5 tenant context, 6 the search, 7 the
-        # access-log row (last_used_at was stamped moments ago, so it is not written again; a
-        # default search reads no linked_memory_ids). The test runs in a transaction of its own,
-        # so the tenant is restored after each: 4 and 8, not in production.
-        assert len(statements) == 8, statements
-        assert statements[2].startswith('SELECT "memory_memoryentity"')
-        assert statements[5].startswith("WITH ")
+        # 1 key lookup, then one transaction: 2 tenant context, 3 the names the scope's user
+        # goes by (one indexed read), 4 the search, 5 the access-log row (last_used_at was
+        # stamped moments ago, so it is not written again; a default search reads no
+        # linked_memory_ids). The test runs in a transaction of its own, so the tenant is then
+        # restored: 6, not in production.
+        assert len(statements) == 6, statements
+        assert statements[1] == statements[-1] == "SELECT set_config('engram.project_id', '"
+        assert statements[2].startswith("\nSELECT e.entity_name") and statements[3].startswith(
+            "WITH "
+        )
         assert statements[1] == statements[-1] == "SELECT set_config('engram.project_id', '"
 
     def test_it_refuses_bad_input(self) -> None:

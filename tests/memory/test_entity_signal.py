@@ -267,9 +267,7 @@ class MatchingByMeaningTestCase(BaseTestCase):
 
         def names(built_for: uuid.UUID, run_in: uuid.UUID) -> list[str]:
             scoped = queries.matching(built_for, Q(user_id="alice"))
-            found = search._similar_names(
-                search.pinned_scope(scoped), analyse("Which cities?"), []
-            )
+            found = search._similar_names(search.pinned_scope(scoped), analyse("Which cities?"), [])
             assert found is not None
             ctes, params = search._similar_ctes(*found)
             with project_context(run_in), connection.cursor() as cursor:

@@ -3,13 +3,17 @@ memory.queries.own_names, memory.text.recognise.own_names, memory.text.query.neu
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, ClassVar
+from unittest import mock
 
 import pytest
+from django.db import connection
 
 from memory import graph, queries
 from memory import search as searching
 from memory.models import Memory
+from memory.queries.relations import OWN_NAME_PREDICATE, OWN_NAMES_SQL
 from memory.retrieval.filters import compile_filters
 from memory.text.embeddings import embed_one
 from memory.text.query import literal, neutralise
@@ -30,29 +34,29 @@ DANA = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("text", "names"),
-    [
-        ("My name is Dana.", ["dana"]),
-        ("my name's Søren, with the slashed o", ["søren"]),
-        ("My name is Mary Jane Watson, hi", ["mary jane watson", "mary jane", "mary"]),
-        ("Everyone calls me Mary Jane, never just Mary.", ["mary jane", "mary"]),
-        ("I go by Bart at work", ["bart"]),
-        ("I'm Oluwaseun, but my friends just say Seun.", ["oluwaseun"]),
-        ("Hi, I am Theo and I like tea", ["theo"]),
-        ("User's name is Bartholomew.", ["bartholomew"]),
-        ("User goes by Dee.", ["dee"]),
-        ("Name is Rose", ["rose"]),
-        # Not the first person's name: another's, or no name at all.
-        ("My sister is called Ana.", []),
-        ("My dog's name is Rex.", []),
-        ("My name is not important.", []),
-        ("I'm tired.", []),
-        ("I'm a nurse.", []),
-        ("I'm from Berlin.", []),
-        ("I'm going to Paris.", []),
-    ],
-)
+NAMING = [
+    ("My name is Dana.", ["dana"]),
+    ("my name's Søren, with the slashed o", ["søren"]),
+    ("My name is Mary Jane Watson, hi", ["mary jane watson", "mary jane", "mary"]),
+    ("Everyone calls me Mary Jane, never just Mary.", ["mary jane", "mary"]),
+    ("I go by Bart at work", ["bart"]),
+    ("I'm Oluwaseun, but my friends just say Seun.", ["oluwaseun"]),
+    ("Hi, I am Theo and I like tea", ["theo"]),
+    ("User's name is Bartholomew.", ["bartholomew"]),
+    ("User goes by Dee.", ["dee"]),
+    ("Name is Rose", ["rose"]),
+    # Not the first person's name: another's, or no name at all.
+    ("My sister is called Ana.", []),
+    ("My dog's name is Rex.", []),
+    ("My name is not important.", []),
+    ("I'm tired.", []),
+    ("I'm a nurse.", []),
+    ("I'm from Berlin.", []),
+    ("I'm going to Paris.", []),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), NAMING)
 def test_own_names_reads_how_a_text_names_its_first_person(text: str, names: list[str]) -> None:
     assert own_names(text) == names
 
@@ -90,9 +94,9 @@ class OwnNamesTestCase(BaseTestCase):
         graph.link_mentions(project.pk, [m.pk for m in [*cls.memories, *bob, *erik]])
 
     def first(self, query: str, user_id: Any = "dana") -> str:
-        response = self.call(
-            "post", "/v3/memories/search/", {"query": query, "filters": {"user_id": user_id}}
-        )
+        """The best result, at threshold 0: what is tested here is the order."""
+        body = {"query": query, "filters": {"user_id": user_id}, "threshold": 0}
+        response = self.call("post", "/v3/memories/search/", body)
         assert response.status_code == 200, response.content
         return response.json()["results"][0]["memory"]
 
@@ -112,30 +116,63 @@ class OwnNamesTestCase(BaseTestCase):
 
     def test_the_scope_id_is_an_own_name_too(self) -> None:
         assert self.first("where does bob live", "bob") == "I live in Austin."
-        query = searching.prepare(
-            self.alice.key.project_id, self.scope("bob"), "Where does Bob live?"
-        )
+        query = self.analysed("bob", "Where does Bob live?")
         assert "bob" not in query.names and "Bob" not in query.keywords
 
     def test_only_the_scopes_own_names_and_only_in_a_pinned_scope(self) -> None:
         project = self.alice.key.project_id
         # Ana is Dana's sister: her name keeps its weight in Dana's scope.
-        assert "ana" in searching.prepare(project, self.scope("dana"), "What does Ana do?").names
+        assert "ana" in self.analysed("dana", "What does Ana do?").names
         assert self.first("What does Ana do?") == DANA[5]
         # Erik's scope: "Dana" is someone else there.
-        assert "dana" in searching.prepare(project, self.scope("erik"), "Who is Dana?").names
+        assert "dana" in self.analysed("erik", "Who is Dana?").names
         # A search across users: the name tells them apart.
         everyone = queries.matching(project, compile_filters({"user_id": "*"}))
-        assert "dana" in searching.prepare(project, everyone, "Where does Dana live?").names
+        assert "dana" in self.analysed(everyone, "Where does Dana live?").names
         with project_context(project):
             assert queries.own_names(project, {"user_id": "dana"}, ["dana", "ana", "porto"]) == {
                 "dana"
             }
 
     def test_every_signal_reads_the_neutral_question(self) -> None:
-        query = searching.prepare(self.alice.key.project_id, self.scope("dana"), "Dana's cat?")
+        query = self.analysed("dana", "Dana's cat?")
         assert (query.keywords.strip(" ?"), query.names) == ("cat", ("cat",))
         assert query.vector == literal(embed_one("the user's cat?"))
+        assert query.own_names == {"dana"}
+
+    def test_with_a_hosted_embedder_the_names_are_read_before_the_transaction(self) -> None:
+        memories = self.scope("dana")
+        with mock.patch.object(searching, "in_process", return_value=False):
+            query = searching.prepare(self.alice.key.project_id, memories, "Dana's cat?")
+        assert query.own_names == {"dana"} and query.keywords.strip(" ?") == "cat"
+        project = self.alice.key.project_id
+        with mock.patch.object(queries, "own_names") as read, project_context(project):
+            assert searching.own_names(project, memories, query) is query  # nothing read again
+        read.assert_not_called()
+
+    def analysed(self, scope: Any, text: str) -> Any:
+        """The query as search() ranks it in `scope` (a user id, or memories)."""
+        project = self.alice.key.project_id
+        memories = self.scope(scope) if isinstance(scope, str) else scope
+        with project_context(project):
+            return searching.own_names(
+                project, memories, searching.prepare(project, memories, text)
+            )
+
+    def test_the_read_finds_every_naming_memory_by_the_partial_index(self) -> None:
+        migration = importlib.import_module("memory.migrations.0022_own_name_index")
+        assert migration.PREDICATE == OWN_NAME_PREDICATE  # else the planner ignores the index
+        naming = [text for text, names in NAMING if names]
+        sql = f"SELECT {OWN_NAME_PREDICATE} FROM (SELECT %s::text AS text, 'active' AS state) m"  # noqa: S608
+        with connection.cursor() as cursor:
+            for text in naming:
+                cursor.execute(sql, [text])
+                assert cursor.fetchone()[0], text
+            cursor.execute(
+                f"EXPLAIN {OWN_NAMES_SQL.format(scope='m.user_id = %(id)s')}",
+                {"names": ["dana"], "project": self.alice.key.project_id, "id": "dana"},
+            )
+            assert "memory_own_names" in " ".join(row[0] for row in cursor.fetchall())
 
     def scope(self, user_id: str) -> Any:
         return queries.matching(self.alice.key.project_id, compile_filters({"user_id": user_id}))

@@ -69,6 +69,11 @@ class EndUserDashboardTestCase(BaseTestCase):
         assert found[0] == "Alice likes green tea"
         assert "Bob likes green tea" not in found
 
+    def test_it_says_when_nothing_remembered_is_about_the_search(self) -> None:
+        page = self.client.get(self.url("home"), {"q": "What is my blood type?"})
+        assert list(page.context["page"].object_list) == []
+        assert b"No relevant memories" in page.content
+
     def test_it_paginates(self) -> None:
         with project_context(self.project.pk):
             for n in range(25):

@@ -243,6 +243,12 @@ class WebMemoriesTestCase(TestCase):
         with self.assertNumQueries(11):
             self.client.get(url, {"user_id": "alice"})
 
+    def test_it_says_when_nothing_stored_is_about_the_search(self) -> None:
+        response = self.client.get(self.url("memories/"), {"q": "What is her blood type?"})
+        assert self.texts(response) == []
+        assert b"No relevant memories" in response.content
+        assert self.texts(self.client.get(self.url("memories/"), {"q": "Where does she live?"}))
+
     def test_in_a_users_scope_their_own_name_carries_no_weight(self) -> None:
         with project_context(self.project.pk):
             mine = add_texts(self.project, ["My name is Bob.", "I live in Austin."], user_id="bob")
@@ -255,9 +261,9 @@ class WebMemoriesTestCase(TestCase):
         # counts (one UNION ALL), 8 switcher's projects, 9 restore tenant, 10 release
         with self.assertNumQueries(10):
             self.client.get(self.url())
-        # ... first the names the scope's user goes by (savepoint, set tenant, the read, restore,
-        # release), then 7 the hybrid search (one statement), 8 switcher's projects, ...
-        with self.assertNumQueries(15):
+        # ... 7 the names the scope's user goes by, 8 the hybrid search (one statement),
+        # 9 switcher's projects, ...
+        with self.assertNumQueries(11):
             self.client.get(self.url("memories/"), {"q": "tea", "user_id": "alice"})
 
     def test_it_searches_deleted_memories_when_asked(self) -> None:
