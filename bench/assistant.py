@@ -61,8 +61,7 @@ turn) whose first result is not an answer (the top three results with their scor
 and N off-topic questions that return something at the default threshold.
 
 --also-host URL (repeatable) asks the same questions of the same stored facts through another
-server on the same database (e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0, or one running
-the previous commit), prints the tables per server, and for how many questions each server's
+server on the same database (e.g. one running the previous commit), prints the tables per server, and for how many questions each server's
 results at threshold 0 (ids, in order) are identical to the first server's. Each question goes
 to every server in turn, the order rotating, so their latencies are measured alike.
 
@@ -520,7 +519,7 @@ def main() -> None:
         "--also-host",
         action="append",
         default=[],
-        help="also evaluate through this server (e.g. ENGRAM_SEARCH_ENTITY_WEIGHT=0); repeatable",
+        help="also evaluate through this server (e.g. the previous commit's); repeatable",
     )
     parser.add_argument(
         "--failures", type=int, default=0, help="print N failing questions of each sort"

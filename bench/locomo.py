@@ -15,8 +15,7 @@ against in the next one (where nothing is evidence): the scores are meant to com
 queries.
 
 --also-host URL (repeatable) evaluates the same stored turns again through another server on the
-same database, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off), or
-one running the previous commit, and prints a table per server, and for how many questions each
+same database, e.g. one running the previous commit, and prints a table per server, and for how many questions each
 server's results (ids, in order) are identical to the first server's. Each question goes to every
 server in turn (the order rotating), so their latencies are measured under the same conditions.
 
@@ -220,7 +219,7 @@ def main() -> None:
         "--also-host",
         action="append",
         default=[],
-        help="also evaluate through this server (e.g. ENGRAM_SEARCH_ENTITY_WEIGHT=0); repeatable",
+        help="also evaluate through this server (e.g. the previous commit's); repeatable",
     )
     parser.add_argument(
         "--calibration",

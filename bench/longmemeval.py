@@ -29,7 +29,7 @@ turn, the share of other-scope searches that return nothing, and the median numb
 (top_k 20): 21 more searches per question.
 
 --also-host URL (repeatable) evaluates the same stored turns again through another server on the
-same database (e.g. ENGRAM_SEARCH_ENTITY_WEIGHT=0, or the previous commit) and prints a table per
+same database (e.g. one running the previous commit) and prints a table per
 server, and for how many questions each server's results (ids, in order) are identical to the
 first server's. Each question goes to every server in turn (the order rotating).
 
@@ -385,7 +385,7 @@ def main() -> None:
         "--also-host",
         action="append",
         default=[],
-        help="also evaluate through this server (e.g. ENGRAM_SEARCH_ENTITY_WEIGHT=0); repeatable",
+        help="also evaluate through this server (e.g. the previous commit's); repeatable",
     )
     parser.add_argument(
         "--calibration",

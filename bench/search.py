@@ -12,8 +12,7 @@ place), written straight into MemoryEntity as the worker would (without the AGE 
 search does not read), and each linked name of a user gets its vector (EntityVector), so the
 search statement carries its entity signal at full size, matching by meaning included.
 --also-host URL (repeatable) measures the HTTP search time through another server on the same
-database too, e.g. one started with ENGRAM_SEARCH_ENTITY_WEIGHT=0 (the entity signal off) or
-ENGRAM_SEARCH_ENTITY_SIMILARITY=0 (no matching by meaning).
+database too, e.g. one running the previous commit (a paired comparison).
 
     make run   # in another terminal
     .venv/bin/python bench/search.py [--memories 100000 --users 1000 --queries 1000]
@@ -289,24 +288,11 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memory_memory")
         cursor.execute("ANALYZE memory_memoryentity")
-    from django.conf import settings
-
-    weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
-    similarity = settings.ENGRAM_SEARCH_ENTITY_SIMILARITY
-    for label, value, meaning in (
-        (f"entity signal {weight}, by meaning >= {similarity}", weight, similarity),
-        (f"entity signal {weight}, by name only", weight, 0.0),
-        ("entity signal off", 0.0, 0.0),
-    ):
-        settings.ENGRAM_SEARCH_ENTITY_WEIGHT = value
-        settings.ENGRAM_SEARCH_ENTITY_SIMILARITY = meaning
-        db = measure_db(new.key.project, sizes, args.queries, random.Random(44))
-        print(
-            f"search, database time (the statement only; top_k=10, {label}): "
-            f"{fmt_ms(percentiles(db))} over {len(db)} queries"
-        )
-    settings.ENGRAM_SEARCH_ENTITY_WEIGHT = weight
-    settings.ENGRAM_SEARCH_ENTITY_SIMILARITY = similarity
+    db = measure_db(new.key.project, sizes, args.queries, random.Random(44))
+    print(
+        "search, database time (the statement only; top_k=10): "
+        f"{fmt_ms(percentiles(db))} over {len(db)} queries"
+    )
     if args.explain:
         print(explain_one(new.key.project, sizes))
     for host in [args.host, *args.also_host]:

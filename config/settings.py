@@ -16,7 +16,6 @@ from config.deadlines import session_options
 from config.env import (
     env_bool,
     env_choice,
-    env_float,
     env_int,
     env_list,
     env_optional,
@@ -344,15 +343,18 @@ ENGRAM_IDEMPOTENCY_HOURS = env_int("ENGRAM_IDEMPOTENCY_HOURS", 24, minimum=1)
 # request's messages and results, are kept before being erased for good; 0 keeps them for ever.
 ENGRAM_DELETED_RETENTION_DAYS = env_int("ENGRAM_DELETED_RETENTION_DAYS", 30, minimum=0)
 ENGRAM_EVENT_RETENTION_DAYS = env_int("ENGRAM_EVENT_RETENTION_DAYS", 90, minimum=0)
-# Weight of search's entity signal (memories linked to entities the query names) against the
-# keyword (1.0) and semantic (0.5) signals; 0 turns it off (memory.retrieval.search).
-ENGRAM_SEARCH_ENTITY_WEIGHT = env_float("ENGRAM_SEARCH_ENTITY_WEIGHT", 0.5, minimum=0, maximum=10)
-# Search also matches the query's words against the scope's entity names by meaning: a name
-# whose vector has at least this cosine similarity to a word of the query counts
-# (at scoring.SIMILAR_NAME_WEIGHT of a named one). 0 turns matching by meaning off.
-ENGRAM_SEARCH_ENTITY_SIMILARITY = env_float(
-    "ENGRAM_SEARCH_ENTITY_SIMILARITY", 0.5, minimum=0, maximum=1
-)
+# Search's entity signal is tuned by constants beside the code, no longer by settings.
+if env_str("ENGRAM_SEARCH_ENTITY_WEIGHT", ""):
+    raise ImproperlyConfigured(
+        "ENGRAM_SEARCH_ENTITY_WEIGHT was removed: the entity signal's weight is now a constant, "
+        "ENTITY_WEIGHT in memory/retrieval/scoring.py (0.5). Unset it."
+    )
+if env_str("ENGRAM_SEARCH_ENTITY_SIMILARITY", ""):
+    raise ImproperlyConfigured(
+        "ENGRAM_SEARCH_ENTITY_SIMILARITY was removed: the similarity at which entity names match "
+        "by meaning is now a constant, ENTITY_SIMILARITY in memory/retrieval/search.py (0.5). "
+        "Unset it."
+    )
 # Raw messages (infer=false) stored within this many seconds of a scope's previous (or next)
 # message join its conversation: keyword context and search's conversation prior cross add
 # requests, so turn-by-turn adds rank like a session added at once. 0: per request only.

@@ -33,14 +33,14 @@ it, the others' fused relevance is multiplied by OUT_OF_WINDOW (a boost of the w
 filter: a query's words may name a time loosely).
 
 The entity signal: each candidate arrives with the query's entity names it is linked to. A name
-counts by its rarity among the n candidates, log(1 + n / linked) / log(1 + n): 1 for a name
-only one candidate carries, little for a name most carry (the speaker of a whole conversation
-tells nothing apart). A candidate's signal is the mean over the query's names that any candidate
-carries, so in [0, 1]; weighted by ENGRAM_SEARCH_ENTITY_WEIGHT (0: off, the scores are exactly
-those without it). A name matched by meaning rather than by name (the query says "cities", the
-scope knows "rome") counts SIMILAR_NAME_WEIGHT of a named one: on LoCoMo (bench/locomo.py) it
-adds recall on multi-hop and open-domain questions, and at full weight it costs precision (the
-best result is less often an evidence turn).
+counts by its rarity among the n candidates, log(1 + n / linked) / log(1 + n): 1 for a name only
+one candidate carries, little for a name most carry (the speaker of a whole conversation tells
+nothing apart). A candidate's signal is the mean over the query's names that any candidate carries,
+so in [0, 1]; weighted by ENTITY_WEIGHT (fuse()'s entity_weight: at 0 the scores are exactly those
+without it). A name matched by meaning rather than by name (the query says "cities", the scope
+knows "rome") counts SIMILAR_NAME_WEIGHT of a named one: on LoCoMo (bench/locomo.py) it adds recall
+on multi-hop and open-domain questions, and at full weight it costs precision (the best result is
+less often an evidence turn).
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ from dataclasses import dataclass
 
 KEYWORD_WEIGHT = 1.0
 SEMANTIC_WEIGHT = 0.5
+# The entity signal's weight (memories linked to entities the query names), against those two.
+ENTITY_WEIGHT = 0.5
 EVENT_PRIOR = 0.3
 # With temporal intent ("last week", "in May 2023"), the fused relevance of a memory whose event
 # time falls outside the window is multiplied by this (if any candidate falls inside).

@@ -15,20 +15,20 @@ applies:
 - window (when the query names a time window: memory.text.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
 
-Every candidate also gets an entity signal (unless ENGRAM_SEARCH_ENTITY_WEIGHT is 0): the names the
+Every candidate also gets an entity signal (weighed by scoring.ENTITY_WEIGHT): the names the
 query may mean that it is linked to (MemoryEntity). The names are the query's analysis
 (memory.text.query): what the local recogniser finds in it (recognise.query_names) and every run of
 up to three of its words: the database matches them against the scope's own entity names
 (normalised) by the index, so an entity known in lower case ("python") counts as much as a
 capitalised name.
 
-The scope's entity names are also matched by meaning (unless ENGRAM_SEARCH_ENTITY_SIMILARITY is
-0, and only when the filters pin a scope id): the query's words that are not part of a name it
-says (recognise.query_words) and that the local model's vocabulary has get their vectors (looked
-up: a word outside it, "rereading", would cost a model run of about 1 ms, and on LoCoMo leaving
-those out ranked the same, at 2.6 ms less for the slowest 5 % of searches), and the scope's names
-whose vectors (EntityVector) are within that cosine similarity of one of them count too, at a
-discount (scoring.SIMILAR_NAME_WEIGHT). A CTE finds them once.
+The scope's entity names are also matched by meaning (only when the filters pin a scope id): the
+query's words that are not part of a name it says (recognise.query_words) and that the local
+model's vocabulary has get their vectors (looked up: a word outside it, "rereading", would cost a
+model run of about 1 ms, and on LoCoMo leaving those out ranked the same, at 2.6 ms less for the
+slowest 5 % of searches), and the scope's names whose vectors (EntityVector) have at least
+ENTITY_SIMILARITY cosine similarity to one of them count too, at a discount
+(scoring.SIMILAR_NAME_WEIGHT). A CTE finds them once.
 
 The outer query computes every signal for every candidate (for the entity signal, the query's
 names each candidate is linked to); scoring.fuse() combines them.
@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import Col, RawSQL
@@ -56,7 +55,15 @@ from memory.models import (
     Memory,
     MemoryQuerySet,
 )
-from memory.retrieval.scoring import BM25_B, BM25_K1, TERM_WEIGHTS, Score, Signals, fuse
+from memory.retrieval.scoring import (
+    BM25_B,
+    BM25_K1,
+    ENTITY_WEIGHT,
+    TERM_WEIGHTS,
+    Score,
+    Signals,
+    fuse,
+)
 from memory.text.query import Query
 from memory.text.temporal import Window
 from tenants.replica import fetch_all
@@ -73,6 +80,9 @@ WINDOW_CANDIDATES = 30
 # first) sent the planner down the project's created_at index under a metadata filter: 2.3 s
 # instead of 94 ms, so keyword matches are not bounded.
 WINDOW_ROWS = 2000
+# Entity names matched by meaning: a name whose vector has at least this cosine similarity to a
+# word of the query counts (at scoring.SIMILAR_NAME_WEIGHT of a named one).
+ENTITY_SIMILARITY = 0.5
 # Entity names matched by meaning: at most this many, the closest to a query word first.
 SIMILAR_NAMES = 20
 # The CTE of the names matched by meaning, and the test of a link's name against it.
@@ -230,7 +240,6 @@ def hybrid_search(
     if exact is None:
         exact = scope_bounded(queryset)
     vector_literal = query.vector
-    weight = settings.ENGRAM_SEARCH_ENTITY_WEIGHT
     names = list(query.names)
     window = query.window
     # The scope ids the filters pin: the names matched by meaning are the pinned scope's.
@@ -292,7 +301,7 @@ def hybrid_search(
             )
             for row in rows
         ],
-        entity_weight=weight,
+        entity_weight=ENTITY_WEIGHT,
         # What the candidates are linked to beyond the query's own names was matched by meaning.
         similar_names=frozenset(n for row in rows for n in row[-1]).difference(names),
     )
@@ -372,21 +381,19 @@ def _similar_names(
 ) -> tuple[QuerySet[EntityVector, dict[str, Any]], str] | None:
     """The names of the `pinned` project and scope (pinned_scope) close in meaning to a word of
     the query (a values queryset of `entity_name`, reading the words' vectors from WORDS_CTE)
-    and those vectors (a vector[] literal), or None: matching by meaning is off, the filters pin
-    no project or no scope id (the project's every name would be compared), or the query has no
-    word to match. The project is filtered on here as every query is, not left to
-    row-level security alone."""
-    similarity = settings.ENGRAM_SEARCH_ENTITY_SIMILARITY
+    and those vectors (a vector[] literal), or None: the filters pin no project or no scope id
+    (the project's every name would be compared), or the query has no word to match. The project
+    is filtered on here as every query is, not left to row-level security alone."""
     scope = {name: value for name, value in pinned.items() if name in SCOPE_FIELDS}
     project = pinned.get("project_id")
     vectors = query.word_vectors
-    if similarity <= 0 or project is None or not scope or vectors is None:
+    if project is None or not scope or vectors is None:
         return None
     names_query = (
         EntityVector.objects.filter(project_id=project, **scope)
         .exclude(entity_name__in=names)
         .annotate(distance=RawSQL(CLOSEST, []))  # noqa: S611 (fixed SQL text, no value)
-        .filter(distance__lte=1 - similarity)
+        .filter(distance__lte=1 - ENTITY_SIMILARITY)
         .order_by("distance")
         .values("entity_name")[:SIMILAR_NAMES]
     )

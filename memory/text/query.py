@@ -25,7 +25,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
 from memory.text.embeddings import embed_one, embed_words, vocabulary_words
@@ -42,11 +41,10 @@ class Query:
     text: str  # as asked
     # The query's embedding, in pgvector's text form.
     vector: str
-    # Normalised names the query may mean (recognise.query_names); empty when the entity signal
-    # is off (ENGRAM_SEARCH_ENTITY_WEIGHT 0).
+    # Normalised names the query may mean (recognise.query_names).
     names: tuple[str, ...]
     # The query words matched against the scope's entity names by meaning, in pgvector's text
-    # form (a vector[] literal), or None: matching by meaning is off, or no word to match.
+    # form (a vector[] literal), or None: the query has no names, or no word to match.
     word_vectors: str | None
     # The time window the query names ("last week"), relative to the reference time.
     window: Window | None
@@ -91,11 +89,7 @@ def with_own_names(
     names, words matched by meaning and keyword words are the neutral text's."""
     own = frozenset(own_names) if own_names is not None else None
     neutral, keywords = neutralise(query.text, own or (), subject)
-    names = (
-        tuple(n for n in query_names(neutral) if n not in (own or ()))
-        if settings.ENGRAM_SEARCH_ENTITY_WEIGHT > 0
-        else ()
-    )
+    names = tuple(n for n in query_names(neutral) if n not in (own or ()))
     return Query(
         text=query.text,
         vector=literal(embedding if embedding is not None else embed_one(neutral)),
@@ -129,8 +123,6 @@ def literal(vector: Sequence[float]) -> str:
 
 def _word_vectors_of(text: str) -> str | None:
     """The vector[] literal of the query words matched by meaning, or None (see Query)."""
-    if settings.ENGRAM_SEARCH_ENTITY_SIMILARITY <= 0:
-        return None
     # Only the words the local model's vocabulary has: a word outside it would cost a model run.
     words = vocabulary_words(query_words(text))
     if not words:

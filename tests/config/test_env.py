@@ -95,6 +95,19 @@ def test_it_refuses_the_old_name_of_the_text_limit() -> None:
     assert "set ENGRAM_MAX_TEXT_CHARS instead" in result.stderr
 
 
+def test_it_refuses_the_removed_entity_search_settings() -> None:
+    for name, constant in (
+        ("ENGRAM_SEARCH_ENTITY_WEIGHT", "ENTITY_WEIGHT in memory/retrieval/scoring.py"),
+        ("ENGRAM_SEARCH_ENTITY_SIMILARITY", "ENTITY_SIMILARITY in memory/retrieval/search.py"),
+    ):
+        result = start_django(
+            DATABASE_URL="postgresql://u:p@127.0.0.1:1/x", ENGRAM_SECRET_KEY=KEY, **{name: "0.5"}
+        )
+        assert result.returncode != 0
+        assert f"{name} was removed" in result.stderr
+        assert constant in result.stderr
+
+
 def test_it_requires_a_database_url() -> None:
     result = start_django(ENGRAM_ENV="local", ENGRAM_SECRET_KEY=KEY)
     assert result.returncode != 0

@@ -15,7 +15,6 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.db.models import Q
-from django.test import override_settings
 
 from memory import actions, graph, jobs, queries
 from memory.extraction.tasks import link_entities
@@ -132,11 +131,11 @@ class SignalTestCase(BaseTestCase):
         return list(response.json()["results"])
 
     def test_a_memory_linked_to_the_querys_entity_ranks_higher_with_the_signal(self) -> None:
-        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=0):
+        with mock.patch.object(search, "ENTITY_WEIGHT", 0):
             off = self.search()
         assert [r["id"] for r in off] == [str(self.plain.pk), str(self.linked.pk)]
         assert all(r["score_breakdown"]["entity"] == 0 for r in off)
-        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=2):
+        with mock.patch.object(search, "ENTITY_WEIGHT", 2):
             on = self.search()
         assert [r["id"] for r in on] == [str(self.linked.pk), str(self.plain.pk)]
         assert [r["score_breakdown"]["entity"] for r in on] == [1.0, 0.0]
@@ -147,7 +146,7 @@ class SignalTestCase(BaseTestCase):
     def test_lower_case_known_entities_match_the_query_words(self) -> None:
         graph.link_memory(self.project_id, self.plain.pk, ["jazz music"])
         self.QUERY = "any jazz music"
-        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=1):
+        with mock.patch.object(search, "ENTITY_WEIGHT", 1):
             results = self.search()
         breakdown = {r["id"]: r["score_breakdown"]["entity"] for r in results}
         assert breakdown == {str(self.plain.pk): 1.0, str(self.linked.pk): 0.0}
@@ -159,7 +158,7 @@ class SignalTestCase(BaseTestCase):
         graph.link_memory(self.charlie.key.project_id, theirs.pk, ["Jon"])
         with project_context(self.project_id):
             MemoryEntity.objects.all().delete()  # Alice's own link gone: only Charlie's remains
-        with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=2):
+        with mock.patch.object(search, "ENTITY_WEIGHT", 2):
             results = self.search()
             theirs_seen = self.search(who=self.charlie)
         assert {r["id"] for r in results} == {str(self.plain.pk), str(self.linked.pk)}
@@ -175,7 +174,7 @@ class SignalTestCase(BaseTestCase):
             "Zürich 東京 " * 300,
         ):
             self.QUERY = query
-            with override_settings(ENGRAM_SEARCH_ENTITY_WEIGHT=1):
+            with mock.patch.object(search, "ENTITY_WEIGHT", 1):
                 self.search()
         assert links(self.project_id) == {"jon"}
 
@@ -220,9 +219,7 @@ class MatchingByMeaningTestCase(BaseTestCase):
         # "cities" names no entity; "rome" is close to it in meaning (cosine about 0.55).
         found = self.search("Which cities did she see?")
         assert found == {rome: pytest.approx(SIMILAR_NAME_WEIGHT), jazz: 0.0}
-        with override_settings(ENGRAM_SEARCH_ENTITY_SIMILARITY=0):
-            assert self.search("Which cities did she see?") == {rome: 0.0, jazz: 0.0}
-        with override_settings(ENGRAM_SEARCH_ENTITY_SIMILARITY=0.9):
+        with mock.patch.object(search, "ENTITY_SIMILARITY", 0.9):
             assert self.search("Which cities did she see?") == {rome: 0.0, jazz: 0.0}
         # A name the query says counts in full.
         assert self.search("pizza in Rome?")[rome] == pytest.approx(1.0)
