@@ -99,7 +99,7 @@ from common import (
 )
 
 KINDS = ("named", "second_person", "unnamed")
-THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 TOP_K = 10
 DAY = 86400
 # --mode infer: a memory holds a fact when it has this share of the fact's key words.

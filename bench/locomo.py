@@ -119,28 +119,41 @@ def ingest(
 
 class Calibration:
     """How well a fixed score threshold separates relevant results from the rest: every
-    returned (score, is evidence) pair, the evidence count, and each question's best score in
-    its own conversation and in another one (where nothing is relevant)."""
+    returned (score, is evidence) pair, the evidence count, each question's top 10 (score, is
+    evidence) with its evidence count, and each question's best score in its own conversation
+    and in another one (where nothing is relevant). `r@10 kept` is recall@10 with that
+    threshold against recall@10 with threshold 0 (the API's threshold cuts on the score alone,
+    so cutting the threshold-0 results is what it returns); `other empty` is the share of
+    questions asked in another conversation that return nothing."""
 
-    THRESHOLDS = (0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+    THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
     def __init__(self) -> None:
         self.pairs: list[tuple[float, bool]] = []
         self.evidence = 0
+        self.top10: list[tuple[list[tuple[float, bool]], int]] = []
         self.own_best: list[float] = []
         self.foreign_best: list[float] = []
 
+    def recall_at_10(self, threshold: float) -> float:
+        return sum(
+            sum(relevant for score, relevant in top if score >= threshold) / evidence
+            for top, evidence in self.top10
+        )
+
     def report(self) -> None:
         print(f"-- calibration: {len(self.own_best)} questions, {self.evidence} evidence turns")
-        print(f"{'threshold':>9}{'kept':>8}{'precision':>11}{'recall':>8}{'own best>=':>12}"
-              f"{'other best>=':>14}")  # fmt: skip
+        print(f"{'threshold':>9}{'kept':>8}{'precision':>11}{'recall':>8}{'r@10 kept':>11}"
+              f"{'own best>=':>12}{'other empty':>13}")  # fmt: skip
+        everything = self.recall_at_10(0.0)
         for t in self.THRESHOLDS:
             kept = [relevant for score, relevant in self.pairs if score >= t]
             own = sum(b >= t for b in self.own_best) / max(1, len(self.own_best))
-            other = sum(b >= t for b in self.foreign_best) / max(1, len(self.foreign_best))
+            other = sum(b < t for b in self.foreign_best) / max(1, len(self.foreign_best))
             precision = sum(kept) / len(kept) if kept else 0.0
+            ratio = self.recall_at_10(t) / everything if everything else 0.0
             print(f"{t:>9.2f}{len(kept):>8}{precision:>11.3f}{sum(kept) / self.evidence:>8.3f}"
-                  f"{own:>12.3f}{other:>14.3f}")  # fmt: skip
+                  f"{ratio:>11.3f}{own:>12.3f}{other:>13.3f}")  # fmt: skip
 
 
 @dataclass
@@ -191,6 +204,7 @@ def ask(run: Run, qa: dict[str, Any], evidence: set[str], user_id: str, other_us
         ]
         calibration.pairs += found
         calibration.evidence += len(evidence)
+        calibration.top10.append((found[:10], len(evidence)))
         calibration.own_best.append(found[0][0] if found else 0.0)
         elsewhere, _ = run.api.call(
             "POST", "/v3/memories/search/", json={**body, "filters": {"user_id": other_user}}

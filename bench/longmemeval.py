@@ -232,7 +232,7 @@ class Calibration:
     threshold whether the own scope's top 10 still holds an evidence turn, whether the other
     scope returns nothing, and how many results each returns."""
 
-    THRESHOLDS: tuple[float | None, ...] = (0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, None)
+    THRESHOLDS: tuple[float | None, ...] = (0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, None)
 
     def __init__(self) -> None:
         self.own_best: list[float] = []

@@ -48,7 +48,13 @@ def test_it_serves_the_official_client_end_to_end(client: Any) -> None:
 
     found = client.search("what does the user drink?", filters={"user_id": "alice"}, top_k=2)
     assert found["results"][0]["memory"] == "I love dark roast coffee"
-    assert set(found["results"][0]["score_breakdown"]) == {"semantic", "bm25", "entity"}
+    assert set(found["results"][0]["score_breakdown"]) == {
+        "semantic",
+        "bm25",
+        "entity",
+        "relevance",
+        "distinctiveness",
+    }
 
     page = client.get_all(filters={"user_id": "alice"}, page=1, page_size=2)
     assert (page["count"], len(page["results"])) == (3, 2)
