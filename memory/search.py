@@ -50,10 +50,10 @@ def prepare(
 
     Inside a scope its own user's (or agent's) names count like stop words: "Where does Dana
     live?" in Dana's scope ranks as "Where does the user live?" (own_names). With the local
-    model, search() reads them in its own transaction (one indexed statement) and embeds the
-    neutral text there only when the query names the user (the model needs no network); with a
-    hosted embedder they are read here first, in a short read of their own, so that no HTTP
-    call is made inside a transaction."""
+    model, search() reads them inside the search's transaction (one indexed statement) and
+    embeds the neutral text there only when the query names the user (the model needs no
+    network); with a hosted embedder they are read here first, in a short read of their own,
+    so that no HTTP call is made inside a transaction."""
     scope = pinned_scope(memories)
     if not _subject(scope) or in_process():
         return analyse(text, reference=reference)
