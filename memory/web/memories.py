@@ -178,7 +178,7 @@ def memory_list(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     text = form.cleaned_data["q"] if valid else ""
     found = form.memories(dash.project.pk) if valid else None
     query: Query | None = None
-    if text:
+    if text and found is not None:
         try:
             query = searching.prepare(dash.project.pk, found, text)
         except ServiceUnavailableError as error:  # a hosted embedder that failed

@@ -98,7 +98,7 @@ class OwnNamesTestCase(BaseTestCase):
         body = {"query": query, "filters": {"user_id": user_id}, "threshold": 0}
         response = self.call("post", "/v3/memories/search/", body)
         assert response.status_code == 200, response.content
-        return response.json()["results"][0]["memory"]
+        return str(response.json()["results"][0]["memory"])
 
     def test_a_question_naming_the_user_ranks_by_the_rest_of_the_question(self) -> None:
         expected = {
@@ -138,13 +138,13 @@ class OwnNamesTestCase(BaseTestCase):
         query = self.analysed("dana", "Dana's cat?")
         assert (query.keywords.strip(" ?"), query.names) == ("cat", ("cat",))
         assert query.vector == literal(embed_one("the user's cat?"))
-        assert query.own_names == {"dana"}
+        assert query.own_names == frozenset({"dana"})
 
     def test_with_a_hosted_embedder_the_names_are_read_before_the_transaction(self) -> None:
         memories = self.scope("dana")
         with mock.patch.object(searching, "in_process", return_value=False):
             query = searching.prepare(self.alice.key.project_id, memories, "Dana's cat?")
-        assert query.own_names == {"dana"} and query.keywords.strip(" ?") == "cat"
+        assert query.own_names == frozenset({"dana"}) and query.keywords.strip(" ?") == "cat"
         project = self.alice.key.project_id
         with mock.patch.object(queries, "own_names") as read, project_context(project):
             assert searching.own_names(project, memories, query) is query  # nothing read again
