@@ -67,35 +67,32 @@ def analyse(
     `own_names`, the normalised names of the scope's own user or agent, are read as `subject`
     ("the user", "the agent") and left out of the keyword words (see above); None: not known
     yet (with_own_names() applies them later)."""
-    query = Query(
-        text=text,
-        vector="",
-        names=(),
-        word_vectors=None,
-        window=time_window(text, reference or timezone.now()),
-        keywords=text,
-    )
-    return with_own_names(query, own_names, subject, embedding=embedding)
+    window = time_window(text, reference or timezone.now())
+    return _analysed(text, window, own_names, subject, embedding)
 
 
-def with_own_names(
-    query: Query,
-    own_names: Collection[str] | None,
-    subject: str = "the user",
-    *,
-    embedding: Sequence[float] | None = None,
-) -> Query:
+def with_own_names(query: Query, own_names: Collection[str] | None, subject: str) -> Query:
     """`query` analysed again with the scope's own names read as `subject`: its embedding,
     names, words matched by meaning and keyword words are the neutral text's."""
+    return _analysed(query.text, query.window, own_names, subject, None)
+
+
+def _analysed(
+    text: str,
+    window: Window | None,
+    own_names: Collection[str] | None,
+    subject: str,
+    embedding: Sequence[float] | None,
+) -> Query:
     own = frozenset(own_names) if own_names is not None else None
-    neutral, keywords = neutralise(query.text, own or (), subject)
+    neutral, keywords = neutralise(text, own or (), subject)
     names = tuple(n for n in query_names(neutral) if n not in (own or ()))
     return Query(
-        text=query.text,
+        text=text,
         vector=literal(embedding if embedding is not None else embed_one(neutral)),
         names=names,
         word_vectors=_word_vectors_of(neutral) if names else None,
-        window=query.window,
+        window=window,
         keywords=keywords,
         own_names=own,
     )
