@@ -6,7 +6,7 @@ stdlib's http.client so the client adds as little as possible of its own:
 
 - `GET /v1/ping/` (authentication, throttling, the access-log row; no tenant transaction);
 - add ack: `POST /v1/memories/` with infer=true (validated, the event written, queued; no
-  worker needed for the answer);
+  worker needed for the answer), also with a new Idempotency-Key each time (keep-alive);
 - raw ingest: `POST /v1/memories/` with infer=false, batches of 100 messages (embedded and
   stored in the request) from two clients at once, one per web worker ("on two cores"):
   memories/s.
@@ -108,10 +108,21 @@ def measure(host: str, key: str, args: argparse.Namespace, run: str) -> None:
         acks = timed(ack, args.adds, warmup=5)
         print(f"add ack   [{label}] {fmt_ms(percentiles(acks))}")
         if keep_alive:
+
+            def keyed_ack(i: int, client: Client = client) -> float:
+                client.headers["Idempotency-Key"] = f"floor-{run}-{i}-{uuid.uuid4().hex}"
+                try:
+                    return ack(i, client)
+                finally:
+                    del client.headers["Idempotency-Key"]
+
+            keyed = timed(keyed_ack, args.adds, warmup=5)
+            print(f"add ack   [{label}, Idempotency-Key] {fmt_ms(percentiles(keyed))}")
+        if keep_alive:
             opened = client.reconnects - 1
             print(
                 f"          connections reopened by the server: {opened} of "
-                f"{args.requests + args.adds + 25} requests"
+                f"{args.requests + 2 * args.adds + 30} requests"
             )
 
     rate, per_batch = ingest(host, key, args, run)

@@ -54,6 +54,7 @@ def project_context(
     using: str = "default",
     *,
     before_commit: Callable[[], None] | None = None,
+    savepoint: bool = True,
 ) -> Iterator[None]:
     """Run the block in a transaction whose tenant is `project_id`.
 
@@ -63,13 +64,18 @@ def project_context(
     outlives a released savepoint. `before_commit` runs at the end of a block that raised
     nothing, inside its transaction (the API writes its access-log row there, so the row
     commits with what it records).
+
+    `savepoint=False`: nested, the block takes no savepoint (two round trips fewer). For a write
+    whose failure always ends its caller's transaction, such as the steps of an add request:
+    after a failure inside such a block, Django refuses every further statement until the
+    outer block ends, so a caller that tried to go on would fail loudly, never half-commit.
     """
     connection = connections[using]
     nested = connection.in_atomic_block
     wanted = "" if project_id is None else str(project_id)
     outer = _current(connection, using) if nested else None
     try:
-        with transaction.atomic(using=using):
+        with transaction.atomic(using=using, savepoint=savepoint):
             # Nested in the same tenant (an action inside a view's transaction): a savepoint,
             # no round trips to set the tenant again.
             if outer != wanted:

@@ -22,7 +22,7 @@ This module is the package's interface: callers write `from memory import action
 
 - common: the Actor, the refusals, the immutability rule, the user and scope locks, embedding;
 - _shared: private helpers (history rows, actor parsing, on-commit entity linking);
-- adds: raw adds (messages stored verbatim) and their conversation;
+- adds: the add use case (queued, or messages stored verbatim with their conversation);
 - memories: create, supersede, update, delete, restore, batch update and delete;
 - events: add requests queued for extraction, what extraction records in the graph, summaries;
 - feedback, exports, idempotency: their records;
@@ -36,7 +36,15 @@ config; never memory.queries, memory.api, memory.web, memory.mcp or memory.extra
 from __future__ import annotations
 
 from memory.actions._shared import schedule_entity_linking
-from memory.actions.adds import AddOutcome, Message, do_add_messages, embed_messages
+from memory.actions.adds import (
+    AddInput,
+    AddOutcome,
+    Message,
+    do_add,
+    do_add_messages,
+    embed_messages,
+    prepare_add,
+)
 from memory.actions.common import (
     UNSET,
     Actor,
@@ -100,6 +108,7 @@ __all__ = [
     "RETENTION_CHUNK",
     "UNSET",
     "Actor",
+    "AddInput",
     "AddOutcome",
     "BatchUpdate",
     "GraphAssertion",
@@ -110,6 +119,7 @@ __all__ = [
     "NotRestorableError",
     "Vector",
     "check_mutable",
+    "do_add",
     "do_add_messages",
     "do_batch_delete",
     "do_batch_update",
@@ -138,6 +148,7 @@ __all__ = [
     "erasure_subject_hash",
     "hold_scope",
     "hold_user",
+    "prepare_add",
     "schedule_entity_linking",
     "schedule_summary_refresh",
 ]

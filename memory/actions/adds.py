@@ -1,14 +1,19 @@
-"""Raw adds (`infer=false`): messages stored verbatim as memories, joined to the scope's
-stored conversation.
+"""The add use case, for every entry point (the REST API and the MCP tool): a request queued
+for extraction (`infer=true`), or its messages stored verbatim as memories, joined to the
+scope's stored conversation (`infer=false`).
 
-May import memory.actions.common and memory.actions._shared, memory.models, tenants and Django.
+An entry point parses its input into an AddInput, calls prepare_add before it opens its
+transaction (embedding may be an HTTP call), then do_add inside its tenant transaction, and
+renders the AddOutcome.
+
+May import memory.actions.common, .events and ._shared, memory.models, tenants and Django.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -17,6 +22,7 @@ from django.utils import timezone
 
 from memory.actions._shared import _as_actor, _history, schedule_entity_linking
 from memory.actions.common import Actor, Vector, embed_texts, hold_scope, hold_user
+from memory.actions.events import do_queue_add
 from memory.models import SCOPE_FIELDS, Memory, MemoryHistory, content_hash, structured_attributes
 from tenants.db import project_context
 from tenants.models import Project
@@ -39,11 +45,58 @@ def embed_messages(messages: Sequence[Message]) -> dict[str, Vector]:
     )
 
 
+@dataclass(frozen=True)
+class AddInput:
+    """One add request, as its entry point parsed it (memory.api.serializers.AddSerializer)."""
+
+    scope: dict[str, str | None]
+    messages: Sequence[Message]
+    infer: bool
+    # infer=true: what the worker receives (the queued event's payload, JSON only).
+    payload: dict[str, Any] = field(default_factory=dict)
+    # infer=false: what the stored memories carry.
+    metadata: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    expiration_date: date | None = None
+    immutable: bool = False
+    # infer=false: the messages' vectors (prepare_add).
+    vectors: Mapping[str, Vector] | None = None
+
+
 @dataclass
 class AddOutcome:
     event_id: uuid.UUID
+    # True: queued for extraction (the event is PENDING, no memory yet).
+    queued: bool = False
     # (memory, "ADD") for new memories, (memory, "NONE") for exact duplicates already stored.
     results: list[tuple[Memory, str]] = field(default_factory=list)
+
+
+def prepare_add(add: AddInput) -> AddInput:
+    """`add` ready for do_add, outside any transaction: infer=false embeds its messages here
+    (within the request's budget, see embed_messages); a queued add embeds nothing now."""
+    if add.infer or add.vectors is not None:
+        return add
+    return replace(add, vectors=embed_messages(add.messages))
+
+
+def do_add(project: Project, add: AddInput, *, actor: Actor | str) -> AddOutcome:
+    """Answer an add request: queue it for extraction (infer=true), or store its messages
+    verbatim (infer=false). Inside the caller's transaction it takes no savepoint of its own:
+    a failed add ends the request."""
+    if add.infer:
+        return AddOutcome(event_id=do_queue_add(project, add.payload).id, queued=True)
+    return do_add_messages(
+        project,
+        messages=add.messages,
+        scope=add.scope,
+        actor=actor,
+        metadata=add.metadata,
+        created_at=add.created_at,
+        expiration_date=add.expiration_date,
+        immutable=add.immutable,
+        vectors=add.vectors,
+    )
 
 
 def do_add_messages(
@@ -70,7 +123,7 @@ def do_add_messages(
     turns = [(pos, m) for pos, m in enumerate(messages) if m.role != "system"]
     known = embed_texts((m.content for _, m in turns), vectors)
     moment = created_at or timezone.now()
-    with project_context(project.pk):
+    with project_context(project.pk, savepoint=False):
         hold_user(project.pk, scope.get("user_id"))
         hold_scope(project.pk, scope)
         existing = _existing_by_hash(project, scope, [content_hash(m.content) for _, m in turns])

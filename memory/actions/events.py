@@ -20,8 +20,9 @@ from tenants.models import Project
 
 
 def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
-    """Record an add request for extraction, and send it to the workers once committed."""
-    with project_context(project.pk):
+    """Record an add request for extraction, and send it to the workers once committed (no
+    savepoint inside the caller's transaction: a failed add ends the request)."""
+    with project_context(project.pk, savepoint=False):
         event = MemoryEvent.objects.create(project=project, payload=payload, **payload["scope"])
         args = (str(event.id), str(project.pk))
         # A lost send (the database gone right after the commit) is logged, not raised: the

@@ -35,7 +35,8 @@ def do_claim_idempotency_key(
     do_record_idempotent_response. False: the key is taken; its first answer is committed and
     readable (queries.idempotent_request). One statement on the unique (project, key) index: a
     concurrent request with the same key waits here until the first one's transaction ends,
-    then finds its record (or takes the key, if the first one rolled back).
+    then finds its record (or takes the key, if the first one rolled back). It takes no
+    savepoint: a failure here ends the add's transaction.
     """
     params: dict[str, Any] = {
         "project": project_id,
@@ -44,7 +45,7 @@ def do_claim_idempotency_key(
         "now": timezone.now(),
         "expired_before": expired_before,
     }
-    with project_context(project_id), connection.cursor() as cursor:
+    with project_context(project_id, savepoint=False), connection.cursor() as cursor:
         cursor.execute(_CLAIM_KEY, params)
         return cursor.fetchone() is not None
 
@@ -53,7 +54,7 @@ def do_record_idempotent_response(
     project_id: uuid.UUID, key: str, status: int, response: Any
 ) -> None:
     """Store the answer to replay for a key taken by do_claim_idempotency_key."""
-    with project_context(project_id):
+    with project_context(project_id, savepoint=False):
         IdempotentRequest.objects.filter(project_id=project_id, key=key).update(
             status=status, response=response
         )

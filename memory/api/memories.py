@@ -51,31 +51,25 @@ def add(request: Request) -> Response:
     key = idempotency_key(request)
     serializer = s.AddSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
-    data = serializer.validated_data
-    if data["infer"]:
-        return queue_add(request, serializer, key)
-    scope = serializer.scope()
-    vectors = actions.embed_messages(data["messages"])
+    project = request_key(request).project
+    add = actions.prepare_add(serializer.add_input(project))
     with tenant(request):
-        note_access(request, scope=scope)
-        return answer_once(request, key, lambda: store_add(request, serializer, vectors))
+        note_access(request, scope=add.scope)
+        return answer_once(
+            request, key, lambda: added(request, actions.do_add(project, add, actor=actor(request)))
+        )
 
 
-def store_add(request: Request, serializer: s.AddSerializer, vectors: dict[str, Any]) -> Response:
-    """infer=false, inside the request's transaction: store the messages as memories."""
-    data = serializer.validated_data
-    outcome = actions.do_add_messages(
-        request_key(request).project,
-        messages=data["messages"],
-        scope=serializer.scope(),
-        actor=actor(request),
-        metadata=data.get("metadata"),
-        created_at=serializer.created_at(),
-        expiration_date=data.get("expiration_date"),
-        immutable=data["immutable"],
-        vectors=vectors,
-    )
+def added(request: Request, outcome: actions.AddOutcome) -> Response:
+    """The Platform's answer to an add: queued (a list on /v1/), or the memories stored."""
     note_access(request, result_count=len(outcome.results))
+    if outcome.queued:
+        queued = {
+            "message": "Memory processing has been queued for background execution",
+            "status": "PENDING",
+            "event_id": str(outcome.event_id),
+        }
+        return Response([queued] if request.path.startswith("/v1/") else queued)
     body: dict[str, Any] = {
         "message": "Memories stored successfully",
         "status": "SUCCEEDED",
@@ -88,25 +82,6 @@ def store_add(request: Request, serializer: s.AddSerializer, vectors: dict[str, 
     if request.path.startswith("/v1/"):
         body["relations"] = []
     return Response(body)
-
-
-def queue_add(request: Request, serializer: s.AddSerializer, key: str | None = None) -> Response:
-    """infer=true: record the request and answer at once; a worker extracts the facts."""
-    project = request_key(request).project
-    payload = serializer.event_payload(project.custom_instructions, project.custom_categories)
-
-    def queue() -> Response:
-        event = actions.do_queue_add(project, payload)
-        body = {
-            "message": "Memory processing has been queued for background execution",
-            "status": "PENDING",
-            "event_id": str(event.id),
-        }
-        return Response([body] if request.path.startswith("/v1/") else body)
-
-    with tenant(request):
-        note_access(request, scope=payload["scope"], result_count=0)
-        return answer_once(request, key, queue)
 
 
 def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Response:

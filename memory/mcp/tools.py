@@ -211,30 +211,23 @@ def add_memory(
     if body["messages"] is None:
         raise serializers.ValidationError({"text": "Give text (or messages) to remember."})
     serializer = s.AddSerializer(data=body)
-    data = valid(serializer)
+    valid(serializer)
     project = request_key(request).project
-    if data["infer"]:
-        payload = serializer.event_payload(project.custom_instructions, project.custom_categories)
-        with tenant(request):
-            note_access(request, scope=payload["scope"], result_count=0)
-            event = actions.do_queue_add(project, payload)
-        queued = {"event_id": str(event.id), "status": "PENDING"}
-        return answer(
-            f"Queued for extraction as event {event.id} (PENDING); "
-            "get_event_status tells what was stored.",
-            {**queued, "message": "Memory processing has been queued for background execution"},
-        )
-    vectors = actions.embed_messages(data["messages"])
+    add = actions.prepare_add(serializer.add_input(project))
     with tenant(request):
-        outcome = actions.do_add_messages(
-            project,
-            messages=data["messages"],
-            scope=serializer.scope(),
-            actor=actor(request),
-            metadata=data.get("metadata"),
-            vectors=vectors,
+        note_access(request, scope=add.scope)
+        outcome = actions.do_add(project, add, actor=actor(request))
+        note_access(request, result_count=len(outcome.results))
+    if outcome.queued:
+        return answer(
+            f"Queued for extraction as event {outcome.event_id} (PENDING); "
+            "get_event_status tells what was stored.",
+            {
+                "event_id": str(outcome.event_id),
+                "status": "PENDING",
+                "message": "Memory processing has been queued for background execution",
+            },
         )
-        note_access(request, scope=serializer.scope(), result_count=len(outcome.results))
     results = [{"id": str(m.id), "memory": m.text, "event": event} for m, event in outcome.results]
     text_lines = "\n".join(f"- [{r['id']}] {r['memory']} ({r['event']})" for r in results)
     return answer(

@@ -13,12 +13,14 @@ from unittest import mock
 import httpx
 import pytest
 from django.core.management import call_command
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.models import AccessLog
 from memory import actions
+from memory.actions import adds
 from memory.models import IdempotentRequest, Memory, MemoryEvent, MemoryHistory
 from tenants.actions import NewApiKey
 from tenants.db import project_context
@@ -110,6 +112,19 @@ class IdempotencyTestCase(BaseTestCase):
         assert other.status_code == 200
         assert self.add(FACT, "shared-key-02").status_code == 200
 
+    def test_a_queued_add_with_a_key_is_one_transaction_without_savepoints(self) -> None:
+        self.add(QUEUED, "warm-key-0001")  # the key's lookup is cached after the first request
+        with CaptureQueriesContext(connection) as captured:
+            assert self.add(QUEUED, "queued-key-0001").status_code == 200
+        statements = [q["sql"].split()[0] for q in captured.captured_queries]
+        # 1 the key; the view's transaction: 2 set the tenant, 3 claim the key, 4 the event,
+        # 5 the answer recorded with the key, 6 the access log. The view's transaction is a
+        # savepoint here, with the tenant restored at its end, only because the test runs in a
+        # transaction; a real request has BEGIN and COMMIT instead. The steps inside it take no
+        # savepoint of their own.
+        expected = "SELECT SAVEPOINT SELECT INSERT INSERT UPDATE INSERT SELECT RELEASE"
+        assert " ".join(statements) == expected
+
     def test_a_malformed_key_is_a_400_that_stores_nothing(self) -> None:
         for key in ("short", "x" * 129, "has space", "semi;colon", "ümlaut-key", ""):
             response = self.add(FACT, key)
@@ -125,7 +140,7 @@ class IdempotencyTestCase(BaseTestCase):
 
     def test_a_failed_add_leaves_no_record_and_the_retry_runs(self) -> None:
         self.client.raise_request_exception = False
-        with mock.patch.object(actions, "do_add_messages", side_effect=DatabaseError("boom")):
+        with mock.patch.object(adds, "do_add_messages", side_effect=DatabaseError("boom")):
             assert self.add(FACT, "retry-key-0009").status_code == 500
         assert self.count(IdempotentRequest) == 0
         retried = self.add(FACT, "retry-key-0009")

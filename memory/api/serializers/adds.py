@@ -1,8 +1,8 @@
 """POST /v1/memories/: the add request (AddSerializer), when its messages were said
 (observation time, time zone), and what the worker receives (event_payload).
 
-May import memory.api.serializers.fields, .filters and .messages, memory.models, Django
-settings and DRF.
+May import memory.api.serializers.fields, .filters and .messages, memory.actions (AddInput),
+memory.models, tenants.models (Project), Django settings and DRF.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from rest_framework import serializers
 
+from memory.actions import AddInput
 from memory.api.serializers.fields import (
     MAX_TIMESTAMP,
     BoundedJSONField,
@@ -25,6 +26,7 @@ from memory.api.serializers.fields import (
 from memory.api.serializers.filters import ScopeMixin, scope_of
 from memory.api.serializers.messages import MessagesField, PartMessage, validate_parts
 from memory.models import SCOPE_FIELDS
+from tenants.models import Project
 
 MEMORY_TYPES = ("procedural_memory",)
 
@@ -113,6 +115,25 @@ class AddSerializer(ScopeMixin):
         validate_parts(attrs["messages"], infer=attrs["infer"])
         check_observation_time(attrs)
         return attrs
+
+    def add_input(self, project: Project) -> AddInput:
+        """The validated request, for actions.prepare_add and actions.do_add; `project` gives the
+        instructions and categories a queued add falls back on."""
+        data = self.validated_data
+        return AddInput(
+            scope=self.scope(),
+            messages=data["messages"],
+            infer=data["infer"],
+            payload=(
+                self.event_payload(project.custom_instructions, project.custom_categories)
+                if data["infer"]
+                else {}
+            ),
+            metadata=data.get("metadata"),
+            created_at=self.created_at(),
+            expiration_date=data.get("expiration_date"),
+            immutable=data["immutable"],
+        )
 
     def event_payload(self, project_instructions: str, project_categories: Any) -> dict[str, Any]:
         """What a worker needs to process this request later (JSON only)."""
