@@ -269,6 +269,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "EventStatusEnum": "memory.models.MemoryEvent.Status",
         "GraphStatusEnum": "memory.api.responses.GRAPH_STATUS",
+        "HistoryEventEnum": "memory.models.MemoryHistory.Event",
+        "RevertedEventEnum": "memory.api.responses.REVERTED_EVENTS",
     },
 }
 

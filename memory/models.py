@@ -292,6 +292,11 @@ class MemoryEvent(Scoped):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # Its revert (memory.actions.do_revert_event): when, by whom ("kind:id", as history's
+    # actor), and what it did (the API's answer, replayed to a second revert).
+    reverted_at = models.DateTimeField(null=True, blank=True)
+    reverted_by = models.CharField(max_length=200, blank=True, default="")
+    reversal = models.JSONField(default=dict, blank=True)
 
     class Meta:
         indexes: ClassVar = [
@@ -348,6 +353,7 @@ class MemoryHistory(Scoped):
         DELETE = "DELETE"
         RESTORE = "RESTORE"  # a deleted memory made active again (an operator's correction)
         REDACT = "REDACT"  # its text removed from it and every version (engram_erase_memories)
+        REVERT = "REVERT"  # undone with the add request that made the change (do_revert_event)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")

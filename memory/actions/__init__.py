@@ -27,7 +27,8 @@ This module is the package's interface: callers write `from memory import action
 - events: add requests queued for extraction, what extraction records in the graph, summaries;
 - feedback, exports, idempotency: their records;
 - erasure: a user's erasure, direct or requested through the API;
-- redaction: a memory's redaction, retention purges of memories and of add requests' payloads.
+- redaction: a memory's redaction, retention purges of memories and of add requests' payloads;
+- reverts: undoing everything one processed add request did.
 
 May import memory.models, memory.graph, memory.text, memory.jobs, audit.models, tenants and
 config; never memory.queries, memory.api, memory.web, memory.mcp or memory.extraction.
@@ -99,6 +100,7 @@ from memory.actions.redaction import (
     do_purge_memories,
     do_redact_memory,
 )
+from memory.actions.reverts import RevertConflictError, do_revert_event
 
 __all__ = [
     "ERASURE_HASH_LABEL",
@@ -117,6 +119,7 @@ __all__ = [
     "Message",
     "NewMemory",
     "NotRestorableError",
+    "RevertConflictError",
     "Vector",
     "check_mutable",
     "do_add",
@@ -140,6 +143,7 @@ __all__ = [
     "do_redact_memory",
     "do_request_user_erasure",
     "do_restore_memory",
+    "do_revert_event",
     "do_run_erasure",
     "do_supersede_memory",
     "do_update_memory",

@@ -5,17 +5,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
-from memory import queries
+from memory import actions, queries
 from memory.api import responses as r
-from memory.api.common import MemoryPagination, _positive, tenant
+from memory.api.common import MemoryPagination, _positive, actor, tenant
 from memory.models import MemoryEvent
 
 
@@ -40,6 +40,8 @@ def event_data(event: MemoryEvent) -> dict[str, Any]:
         "started_at": started.isoformat() if started else None,
         "completed_at": completed.isoformat() if completed else None,
         "latency": (completed - event.created_at).total_seconds() * 1000 if completed else None,
+        "reverted_at": event.reverted_at.isoformat() if event.reverted_at else None,
+        "reverted_by": event.reverted_by or None,
     }
 
 
@@ -89,3 +91,35 @@ def event_list(request: Request) -> Response:
         page = paginator.paginate_queryset(queries.events(project, wanted or None), request) or []
         note_access(request, result_count=len(page))
     return paginator.get_paginated_response([event_data(e) for e in page])
+
+
+@extend_schema(
+    request=None,
+    responses=r.answers(
+        {200: r.RevertSerializer},
+        errors={404: "No such event in this project."},
+    )
+    | {
+        409: OpenApiResponse(
+            r.RevertConflictSerializer,
+            description="Not processed yet (PENDING, RUNNING) or FAILED, or a memory it changed "
+            "was changed again since (conflicts name each later change); nothing was reverted.",
+        )
+    },
+    parameters=[r.RETRY_AFTER],
+    summary="Revert an add request: undo everything it did to memory",
+)
+@api_view(["POST"])
+def revert_event(request: Request, event_id: uuid.UUID) -> Response:
+    """Undo a processed add request as a whole (actions.do_revert_event); a second call
+    answers what the first did."""
+    try:
+        with tenant(request) as project:
+            if queries.event(project, event_id) is None:
+                raise NotFound()
+            reversal = actions.do_revert_event(project, event_id, actor=actor(request))
+            note_access(request, result_count=len(reversal["results"]))
+    except actions.RevertConflictError as refused:
+        body = {"detail": refused.detail, "conflicts": refused.conflicts}
+        return Response(body, status=status.HTTP_409_CONFLICT)
+    return Response(reversal)

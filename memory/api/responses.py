@@ -277,10 +277,60 @@ class EventSerializer(Closed):
     started_at = serializers.DateTimeField(allow_null=True)
     completed_at = serializers.DateTimeField(allow_null=True)
     latency = serializers.FloatField(allow_null=True, help_text="Milliseconds, once completed.")
+    reverted_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it was reverted (POST /v1/event/{id}/revert/), if it was."
+    )
+    reverted_by = serializers.CharField(allow_null=True, help_text='Who reverted it ("api:…").')
 
 
 class EventPageSerializer(PageSerializer):
     results = EventSerializer(many=True)
+
+
+REVERTED_EVENTS = ["DELETE", "RESTORE"]
+
+
+class RevertedMemorySerializer(Closed):
+    id = serializers.UUIDField()
+    memory = serializers.CharField()
+    event = serializers.ChoiceField(
+        choices=REVERTED_EVENTS,
+        help_text="DELETE: a memory the request added; RESTORE: one it superseded or deleted.",
+    )
+
+
+class RevertedRelationsSerializer(Closed):
+    invalidated = GraphChangeSerializer(
+        many=True, help_text="Relations only the request's memories backed, now invalid."
+    )
+    revalidated = GraphChangeSerializer(
+        many=True, help_text="Relations it had ended (superseded or contradicted), valid again."
+    )
+
+
+class RevertSerializer(Closed):
+    id = serializers.UUIDField(help_text="The add request (event) reverted.")
+    status = serializers.ChoiceField(choices=["REVERTED"])
+    reverted_at = serializers.DateTimeField()
+    reverted_by = serializers.CharField(help_text='Who reverted it, e.g. "api:<key prefix>".')
+    results = RevertedMemorySerializer(many=True)
+    relations = RevertedRelationsSerializer()
+
+
+class RevertConflictItemSerializer(Closed):
+    memory_id = serializers.UUIDField()
+    change = serializers.ChoiceField(choices=MemoryHistory.Event.choices)
+    history_id = serializers.UUIDField(help_text="The history row of the later change.")
+    event_id = serializers.UUIDField(allow_null=True, help_text="Its add request, if any.")
+    actor = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class RevertConflictSerializer(Closed):
+    detail = serializers.CharField(help_text="Why nothing was reverted.")
+    conflicts = RevertConflictItemSerializer(
+        many=True, help_text="The later changes to the request's memories, oldest first."
+    )
 
 
 class EntitySerializer(Closed):

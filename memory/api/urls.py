@@ -32,6 +32,7 @@ urlpatterns = [
     path("v1/entities/<str:entity_type>/<str:name>/", entities.delete_entity, name="entity-v1"),
     path("v1/feedback/", feedback.feedback, name="feedback"),
     path("v1/event/<uuid:event_id>/", events.event_detail, name="event"),
+    path("v1/event/<uuid:event_id>/revert/", events.revert_event, name="event-revert"),
     path("v1/erasures/<uuid:erasure_id>/", entities.erasure_detail, name="erasure"),
     path("v1/events/", events.event_list, name="events"),
     path("v1/exports/", exports.create_export, name="export"),

@@ -75,7 +75,12 @@ from memory.graph.reads import (
     relations_touching,
     traverse,
 )
-from memory.graph.retraction import RETRACTION, reinstate_memories, retract_memories
+from memory.graph.retraction import (
+    RETRACTION,
+    reinstate_memories,
+    retract_memories,
+    revalidate_relations,
+)
 from memory.graph.values import (
     ANY_VALUE,
     MAX_DEPTH,
@@ -131,6 +136,7 @@ __all__ = [
     "relations_touching",
     "relations_touching_in",
     "retract_memories",
+    "revalidate_relations",
     "traverse",
     "traverse_in",
     "upsert_entity",

@@ -28,8 +28,8 @@ memories retracts them (retract_memories); restoring a deleted memory reinstates
 - Writes are plain SQL UPDATEs merging the changed properties (agtype ||), so the WITH
   CHECK policy of the graph's tables applies to them, unlike AGE's own SET.
 
-Owns retract_memories and reinstate_memories. Of engram, may import memory.models, tenants and
-memory.graph.values, .statements, .age and .writes.
+Owns retract_memories, reinstate_memories and revalidate_relations (a revert's). Of engram,
+may import memory.models, tenants and memory.graph.values, .statements, .age and .writes.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from memory.graph.statements import (
     _CITED,
     _CITES,
     _EDGE_COLUMNS,
+    _EDGES_BY_ID,
     _LOCK_KEYS,
     _LOCKED_EDGES,
     _VALID_TWINS,
@@ -111,23 +112,55 @@ def reinstate_memories(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]
             for e in _lock_edges(graph, _edges_citing(graph, cited, retracted), retracted)
             if back.intersection(e.memory_ids)
         ]
-        if not edges:
-            return []
-        twins = _valid_twins(graph, edges)
-        backing = {twin.id: list(twin.memory_ids) for twin in twins.values()}
-        patches: dict[int, dict[str, Any]] = {}
-        for edge in edges:  # in id order: the oldest edge of a relation comes back first
-            key = _relation_key(edge)
-            twin = twins.get(key)
-            if twin is None:
-                patches[edge.id] = {"valid": True, "invalidated_at": "", "invalidated_by": ""}
-                twins[key], backing[edge.id] = edge, list(edge.memory_ids)
-                continue
-            joining = [m for m in edge.memory_ids if m in back and m not in backing[twin.id]]
-            if joining:
-                backing[twin.id] += joining
-                patches.setdefault(twin.id, {})["memory_ids"] = backing[twin.id]
-        return _patch_edges(graph, patches)
+        return _bring_back(graph, edges, back)
+
+
+def revalidate_relations(project: ProjectId, ids: Sequence[int]) -> list[Relation]:
+    """Edges invalidated by a contradiction (invalidate_relations) valid again, as a revert of
+    the add request that contradicted them asks: each one of `ids` still invalid and not
+    retracted, that an active memory backs or that cites none, is valid again, unless the same
+    relation has a valid edge by now (then its active memories join that edge). Returns the
+    edges that changed."""
+    if not ids:
+        return []
+    with project_context(project):
+        graph = ensure_graph(project)
+        contradicted = {"valid": False}
+        found = [
+            relation
+            for relation, _ in _edge_rows(_run(graph, _EDGES_BY_ID, [_graphids(ids)]))
+            if not relation.valid and relation.invalidated_by != RETRACTION
+        ]
+        edges = [
+            e for e in _lock_edges(graph, found, contradicted) if e.invalidated_by != RETRACTION
+        ]
+        back = _active(project, {m for e in edges for m in e.memory_ids})
+        return _bring_back(
+            graph, [e for e in edges if not e.memory_ids or back & set(e.memory_ids)], back
+        )
+
+
+def _bring_back(graph: str, edges: Sequence[Relation], back: set[str]) -> list[Relation]:
+    """Make `edges` valid again, in id order (the oldest edge of a relation comes back first),
+    except where the same relation has a valid edge by now: then the memories of `back` they
+    cite join that edge's memory_ids. Returns the edges that changed."""
+    if not edges:
+        return []
+    twins = _valid_twins(graph, edges)
+    backing = {twin.id: list(twin.memory_ids) for twin in twins.values()}
+    patches: dict[int, dict[str, Any]] = {}
+    for edge in edges:
+        key = _relation_key(edge)
+        twin = twins.get(key)
+        if twin is None:
+            patches[edge.id] = {"valid": True, "invalidated_at": "", "invalidated_by": ""}
+            twins[key], backing[edge.id] = edge, list(edge.memory_ids)
+            continue
+        joining = [m for m in edge.memory_ids if m in back and m not in backing[twin.id]]
+        if joining:
+            backing[twin.id] += joining
+            patches.setdefault(twin.id, {})["memory_ids"] = backing[twin.id]
+    return _patch_edges(graph, patches)
 
 
 def _memory_keys(memory_ids: Iterable[uuid.UUID | str]) -> list[str]:

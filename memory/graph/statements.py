@@ -157,6 +157,9 @@ SELECT engram_current_project() IS NOT DISTINCT FROM %(project)s::uuid,
              ORDER BY 1)
 """
 _CITES: LiteralString = "r.properties OPERATOR(ag_catalog.@>) %s::ag_catalog.agtype"
+_EDGES_BY_ID: LiteralString = (
+    _EDGE_COLUMNS + "WHERE r.id = ANY(%s::ag_catalog.graphid[]) ORDER BY r.id"
+)
 _LOCKED_EDGES: LiteralString = (
     _EDGE_COLUMNS + "WHERE r.id = ANY(%s::ag_catalog.graphid[]) AND " + _CITES + " "
     "ORDER BY r.id FOR UPDATE OF r"

@@ -139,6 +139,8 @@ class Relation:
     scope: dict[str, str | None]
     source_id: int
     destination_id: int
+    # What ended it: "retraction" (no active memory backs it), or "" (a contradiction, or valid).
+    invalidated_by: str = ""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Relation:
@@ -156,6 +158,7 @@ class Relation:
             scope=dict(zip(SCOPE_FIELDS, json.loads(p["scope"]), strict=True)),
             source_id=int(row["src_id"]),
             destination_id=int(row["dst_id"]),
+            invalidated_by=p.get("invalidated_by") or "",
         )
 
 

@@ -311,6 +311,11 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(200, "post", f"/v1/memories/{i['chess']}/redact/", {"reason": "GDPR"}),
             Sample(400, "post", f"{missing}redact/", {"reason": "x" * 501}),
             Sample(404, "post", f"{missing}redact/", {}),
+            # Last: reverting the processed request ends the relation the graph samples read.
+            Sample(409, "post", f"/v1/event/{i['pending']}/revert/"),
+            Sample(200, "post", f"/v1/event/{i['done']}/revert/"),
+            Sample(200, "post", f"/v1/event/{i['done']}/revert/"),  # replayed
+            Sample(404, "post", f"/v1/event/{MISSING}/revert/"),
         ]
         return table + list(self.every_operation())
 
