@@ -1,4 +1,7 @@
-"""One error shape for the whole API: a JSON object with a human-readable `detail`."""
+"""One error shape for the whole API: a JSON object with a human-readable `detail`.
+
+The site's error handlers (config/urls.py, settings.CSRF_FAILURE_VIEW) are memory.web.errors:
+an HTML page for the dashboards and the admin, and for every other path the JSON answers below."""
 
 from __future__ import annotations
 
@@ -181,6 +184,18 @@ def json_server_error(request: HttpRequest) -> HttpResponse:
         response["Retry-After"] = refusal.retry_after
         return response
     return JsonResponse({"detail": "Internal server error."}, status=500)
+
+
+def json_forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    # DRF's words for its own PermissionDenied: a 403 raised outside a DRF view reads the same.
+    return JsonResponse(
+        {"detail": "You do not have permission to perform this action."}, status=403
+    )
+
+
+def json_csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    # DRF's words for the same refusal (SessionAuthentication), with Django's reason.
+    return JsonResponse({"detail": f"CSRF Failed: {reason}"}, status=403)
 
 
 def json_bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

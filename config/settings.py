@@ -48,6 +48,8 @@ SECRET_KEY = _secret
 
 ALLOWED_HOSTS = env_list("ENGRAM_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("ENGRAM_CSRF_TRUSTED_ORIGINS", [])
+# A refused form gets a page saying it expired, in the dashboards' style (JSON off the pages).
+CSRF_FAILURE_VIEW = "memory.web.errors.csrf_failure"
 ENGRAM_BEHIND_TLS_PROXY = env_bool("ENGRAM_BEHIND_TLS_PROXY", False)
 if ENGRAM_BEHIND_TLS_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -6,9 +6,11 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from tenants import api as tenants_api
 
-handler400 = "config.exceptions.json_bad_request"
-handler404 = "config.exceptions.json_not_found"
-handler500 = "config.exceptions.json_server_error"
+# An HTML page for the dashboards and the admin, the API's JSON for every other path.
+handler400 = "memory.web.errors.bad_request"
+handler403 = "memory.web.errors.permission_denied"
+handler404 = "memory.web.errors.not_found"
+handler500 = "memory.web.errors.server_error"
 
 urlpatterns = [
     path("v1/ping/", tenants_api.ping, name="ping"),

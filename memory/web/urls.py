@@ -1,10 +1,11 @@
-"""The dashboards' URLs (namespace "web"): /dashboard/ for operators, /me/ for end users."""
+"""The dashboards' URLs (namespace "web"): /dashboard/ for operators, /me/ for end users, and
+/favicon.ico. Their error pages are memory.web.errors' (PAGE_ROOTS names these roots)."""
 
 from __future__ import annotations
 
 from django.urls import include, path
 
-from memory.web import enduser, memories, operations, views
+from memory.web import enduser, errors, memories, operations, views
 
 app_name = "web"
 
@@ -17,4 +18,5 @@ urlpatterns = [
     path("dashboard/p/<uuid:project_id>/", include(memories.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(operations.urlpatterns)),
     path("me/", include(enduser.urlpatterns)),
+    path("favicon.ico", errors.favicon, name="favicon"),
 ]
