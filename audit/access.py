@@ -127,7 +127,7 @@ def client_headers(request: HttpRequest) -> dict[str, str]:
 
 
 def _route(request: HttpRequest) -> str | None:
-    """The URL pattern the path matches ("/v2/entities/<str:entity_type>/<str:name>/")."""
+    """The URL pattern the path matches ("/v2/entities/<str:entity_type>/<scope:name>/")."""
     match = request.resolver_match
     if match is None:  # refused by a middleware before the URL was resolved
         try:

@@ -47,7 +47,12 @@ class DashboardLinkRequestSerializer(serializers.Serializer[dict[str, Any]]):
     request=DashboardLinkRequestSerializer,
     responses=r.answers({200: r.DashboardLinkSerializer}, body=True),
     parameters=[
-        OpenApiParameter("user_id", str, OpenApiParameter.PATH, description="The end user."),
+        OpenApiParameter(
+            "user_id",
+            str,
+            OpenApiParameter.PATH,
+            description="The end user's id, percent-encoded (`team/alpha` as `team%2Falpha`).",
+        ),
         r.RETRY_AFTER,
     ],
     summary="A signed, expiring link to the user's own memory dashboard",

@@ -61,6 +61,12 @@ def entities(request: Request) -> Response:
     ),
     parameters=[
         OpenApiParameter("entity_type", str, OpenApiParameter.PATH, enum=list(ENTITY_TYPES)),
+        OpenApiParameter(
+            "name",
+            str,
+            OpenApiParameter.PATH,
+            description="The id, percent-encoded (`team/alpha` as `team%2Falpha`).",
+        ),
         r.RETRY_AFTER,
     ],
     summary="Delete an entity: all memories of that agent, app or run; a user is erased (GDPR)",

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, register_converter
 
 from memory.api import (
     batch,
@@ -14,6 +14,10 @@ from memory.api import (
     redact,
     search,
 )
+from memory.api.converters import ScopeIdConverter
+
+# <scope:…> matches any id the API stores, "/" included (memory/api/converters.py).
+register_converter(ScopeIdConverter, "scope")
 
 urlpatterns = [
     path("v3/memories/add/", memories.add_memories, name="add"),
@@ -28,8 +32,8 @@ urlpatterns = [
     path("v1/memories/<uuid:memory_id>/redact/", redact.redact_memory, name="redact"),
     path("v1/batch/", batch.batch, name="batch"),
     path("v1/entities/", entities.entities, name="entities"),
-    path("v2/entities/<str:entity_type>/<str:name>/", entities.delete_entity, name="entity"),
-    path("v1/entities/<str:entity_type>/<str:name>/", entities.delete_entity, name="entity-v1"),
+    path("v2/entities/<str:entity_type>/<scope:name>/", entities.delete_entity, name="entity"),
+    path("v1/entities/<str:entity_type>/<scope:name>/", entities.delete_entity, name="entity-v1"),
     path("v1/feedback/", feedback.feedback, name="feedback"),
     path("v1/event/<uuid:event_id>/", events.event_detail, name="event"),
     path("v1/event/<uuid:event_id>/revert/", events.revert_event, name="event-revert"),
@@ -39,5 +43,5 @@ urlpatterns = [
     path("v1/exports/get/", exports.get_export, name="export-get"),
     path("v1/graph/", graph.relations, name="graph"),
     path("v1/graph/traverse/", graph.traverse, name="graph-traverse"),
-    path("v1/users/<str:user_id>/dashboard-link/", enduser.dashboard_link, name="dashboard-link"),
+    path("v1/users/<scope:user_id>/dashboard-link/", enduser.dashboard_link, name="dashboard-link"),
 ]

@@ -113,7 +113,7 @@ class AccessLogTestCase(BaseTestCase):
         # The path names an end user; a request without a project keeps only the route.
         response = self.client.delete("/v2/entities/user/alice/", headers=auth("eng_wrong"))
         assert response.status_code == 401
-        assert unauthenticated_row(response).path == "/v2/entities/<str:entity_type>/<str:name>/"
+        assert unauthenticated_row(response).path == "/v2/entities/<str:entity_type>/<scope:name>/"
 
     @override_settings(ENGRAM_MAX_BODY_BYTES=1024)
     def test_it_records_the_endpoint_of_a_request_refused_before_authentication(self) -> None:
@@ -121,7 +121,7 @@ class AccessLogTestCase(BaseTestCase):
             "DELETE", "/v2/entities/user/alice/", "x" * 2048, headers=auth(self.alice.raw)
         )
         assert response.status_code == 413
-        assert unauthenticated_row(response).path == "/v2/entities/<str:entity_type>/<str:name>/"
+        assert unauthenticated_row(response).path == "/v2/entities/<str:entity_type>/<scope:name>/"
 
     def test_it_records_the_client_address(self) -> None:
         response = self.client.get(

@@ -105,6 +105,22 @@ def test_it_supports_batches_users_and_bulk_deletes(client: Any) -> None:
     assert {u["name"] for u in client.users()["results"]} == {"alice"}
 
 
+def test_it_deletes_users_whose_ids_hold_a_slash_or_other_awkward_characters(
+    client: Any,
+) -> None:
+    # The client quotes the id as one path segment ("/" as %2F); the server decodes the path.
+    awkward = ["team/alpha", "50% off/#1?", "ü 日本"]
+    for user_id in awkward:
+        add(client, [f"A fact of {user_id}"], user_id)
+    add(client, ["Bob keeps bees"], "bob")
+    assert {u["name"] for u in client.users()["results"]} == {*awkward, "bob"}
+
+    for user_id in awkward:
+        client.delete_users(user_id=user_id)
+        assert client.get_all(filters={"user_id": user_id})["results"] == []
+    assert {u["name"] for u in client.users()["results"]} == {"bob"}
+
+
 def test_it_reports_a_missing_memory_as_not_found(client: Any) -> None:
     from mem0.exceptions import MemoryNotFoundError
 
