@@ -22,6 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.utils import timezone
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from memory import graph, queries
@@ -127,6 +128,26 @@ class KeyForm(forms.Form):
     name = forms.CharField(max_length=200, label="Name", help_text="What uses it, e.g. 'chat app'")
 
 
+# The keys created in this session and not shown yet: [{"project", "name", "raw"}]. The create
+# POST puts a key here and redirects (post/redirect/get); the keys page of its project takes it
+# out and shows it, so a reload neither creates another key nor shows the secret again.
+NEW_KEYS = "web.new_keys"
+
+
+def _take_new_keys(request: HttpRequest, dash: Dashboard) -> list[dict[str, str]]:
+    """This project's keys waiting to be shown, removed from the session (shown once)."""
+    pending: list[dict[str, str]] = request.session.get(NEW_KEYS) or []
+    project = str(dash.project.pk)
+    mine = [key for key in pending if key.get("project") == project]
+    if mine:
+        rest = [key for key in pending if key.get("project") != project]
+        if rest:
+            request.session[NEW_KEYS] = rest
+        else:
+            del request.session[NEW_KEYS]
+    return mine
+
+
 def _keys_page(
     request: HttpRequest, dash: Dashboard, form: KeyForm, status: int = 200, **extra: Any
 ) -> HttpResponse:
@@ -144,21 +165,30 @@ def _keys_page(
 
 @operator_page()
 def keys(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    return _keys_page(request, dash, KeyForm())
+    """The project's keys; after a create, the new key's secret, on this response only."""
+    new_keys = _take_new_keys(request, dash)
+    response = _keys_page(request, dash, KeyForm(), new_keys=new_keys)
+    if new_keys:
+        response["Cache-Control"] = "no-store"
+    return response
 
 
 @operator_page(write=True)
 @require_POST
 def key_create(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    """Create a key and show it once, on this response only (never stored, never shown again)."""
+    """Create a key and send the browser to the keys page (303), which shows its secret once:
+    the secret waits in the session for that one GET (only the key's hash is stored)."""
     form = KeyForm(request.POST)
     if not form.is_valid():
         return _keys_page(request, dash, form, status=400)
     new = do_create_project_key(
         dash.project, name=form.cleaned_data["name"], created_by=cast(User, request.user)
     )
-    response = _keys_page(request, dash, KeyForm(), status=201, new_key=new)
-    response["Cache-Control"] = "no-store"
+    pending = request.session.get(NEW_KEYS) or []
+    shown = {"project": str(dash.project.pk), "name": new.key.name, "raw": new.raw}
+    request.session[NEW_KEYS] = [*pending, shown]
+    response = redirect("web:keys", project_id=dash.project.pk)
+    response.status_code = 303  # See Other: the browser GETs the keys page
     return response
 
 
@@ -171,10 +201,13 @@ def key_revoke(request: HttpRequest, dash: Dashboard, key_id: uuid.UUID) -> Http
     if request.method != "POST":
         return render(request, "web/operator/key_revoke.html", {"section": "keys", "key": key})
     if key.is_revoked:
-        messages.info(request, f"The key {key.name} was already revoked.")
+        messages.info(request, format_html("The key <bdi>{}</bdi> was already revoked.", key.name))
     else:
         do_revoke_api_key(key)
-        messages.success(request, f"The key {key.name} is revoked: it no longer authenticates.")
+        messages.success(
+            request,
+            format_html("The key <bdi>{}</bdi> is revoked: it no longer authenticates.", key.name),
+        )
     return redirect("web:keys", project_id=dash.project.pk)
 
 

@@ -18,6 +18,7 @@ from memory import graph
 from memory.graph import Scope
 from memory.models import Memory, MemoryEvent
 from memory.web import graph_picture
+from memory.web.operations import NEW_KEYS
 from tenants.db import project_context
 from tenants.models import ApiKey, Membership
 from tests.base import BaseTestCase
@@ -139,18 +140,50 @@ class KeysTestCase(OperationsTestCase):
         assert self.api_status(self.alice.raw) == 200
 
     def test_it_creates_a_key_shown_once_that_authenticates(self) -> None:
-        response = self.post(self.olivia, "key_create", {"name": "chat app"})
-        assert response.status_code == 201
-        assert response["Cache-Control"] == "no-store"
-        raw = response.context["new_key"].raw
-        assert raw.encode() in response.content
+        # Post/redirect/get: the POST creates the key and redirects; the GET shows it once.
+        created = self.post(self.olivia, "key_create", {"name": "chat app"})
+        assert created.status_code == 303 and created["Location"] == self.url("keys")
         key = ApiKey.objects.get(project_id=self.project_id, name="chat app")
+        assert key.prefix.encode() not in created.content
+        shown = self.client.get(self.url("keys"))
+        assert shown.status_code == 200
+        assert shown["Cache-Control"] == "no-store"
+        [new] = shown.context["new_keys"]
+        raw = new["raw"]
+        assert raw.encode() in shown.content and new["name"] == "chat app"
         assert key.created_by == self.olivia and key.matches(raw)
         assert raw not in key.key_hash
         assert self.api_status(raw) == 200
+        # A reload shows the key's row, never its secret again, and creates nothing.
         again = self.get(self.olivia, "keys")
-        assert raw.encode() not in again.content
+        assert raw.encode() not in again.content and not again.context["new_keys"]
+        assert "no-store" not in again.get("Cache-Control", "")
         assert key.prefix.encode() in again.content and b"olivia" in again.content
+        assert ApiKey.objects.filter(project_id=self.project_id).count() == 2
+        assert NEW_KEYS not in self.client.session
+
+    def test_a_new_key_is_shown_on_its_own_projects_page_only(self) -> None:
+        other = make_key("acme", "second").key.project
+        self.post(self.olivia, "key_create", {"name": "first"})
+        self.post(self.olivia, "key_create", {"name": "second"})
+        elsewhere = self.client.get(reverse("web:keys", kwargs={"project_id": other.pk}))
+        assert elsewhere.context["new_keys"] == []
+        shown = self.client.get(self.url("keys"))
+        assert [k["name"] for k in shown.context["new_keys"]] == ["first", "second"]
+        assert not self.client.get(self.url("keys")).context["new_keys"]
+
+    def test_a_key_name_is_isolated_from_the_text_around_it(self) -> None:
+        name = "\u202egnp.exe"
+        self.post(self.olivia, "key_create", {"name": name})
+        page = self.client.get(self.url("keys")).content.decode()
+        assert f'<h2 id="new-key-title-1">New key “<bdi>{name}</bdi>”</h2>' in page
+        assert f"<td><bdi>{name}</bdi></td>" in page
+        key = ApiKey.objects.get(name=name)
+        revoke = self.client.get(self.url("key_revoke", key_id=key.pk)).content.decode()
+        assert f"<title>Revoke &#x2068;{name}&#x2069; · &#x2068;main&#x2069;" in revoke
+        assert f"Revoke the key “<bdi>{name}</bdi>”?" in revoke
+        done = self.client.post(self.url("key_revoke", key_id=key.pk), follow=True)
+        assert f"The key <bdi>{name}</bdi> is revoked" in done.content.decode()
 
     def test_a_key_needs_a_name(self) -> None:
         response = self.post(self.olivia, "key_create", {"name": "  "})
@@ -158,15 +191,17 @@ class KeysTestCase(OperationsTestCase):
         assert ApiKey.objects.filter(project_id=self.project_id).count() == 1
 
     def test_revoking_a_key_asks_first_and_stops_it_authenticating(self) -> None:
-        created = self.post(self.olivia, "key_create", {"name": "doomed"}).context["new_key"]
-        assert self.api_status(created.raw) == 200
-        confirm = self.get(self.olivia, "key_revoke", key_id=created.key.pk)
+        self.post(self.olivia, "key_create", {"name": "doomed"})
+        raw = self.client.get(self.url("keys")).context["new_keys"][0]["raw"]
+        created = ApiKey.objects.get(project_id=self.project_id, name="doomed")
+        assert self.api_status(raw) == 200
+        confirm = self.get(self.olivia, "key_revoke", key_id=created.pk)
         assert confirm.status_code == 200 and b"Revoke this key" in confirm.content
-        assert ApiKey.objects.get(pk=created.key.pk).revoked_at is None  # a GET changes nothing
-        response = self.post(self.olivia, "key_revoke", key_id=created.key.pk)
+        assert ApiKey.objects.get(pk=created.pk).revoked_at is None  # a GET changes nothing
+        response = self.post(self.olivia, "key_revoke", key_id=created.pk)
         assert response.status_code == 302 and response["Location"] == self.url("keys")
-        assert ApiKey.objects.get(pk=created.key.pk).revoked_at is not None
-        assert self.api_status(created.raw) == 401
+        assert ApiKey.objects.get(pk=created.pk).revoked_at is not None
+        assert self.api_status(raw) == 401
         assert self.api_status(self.alice.raw) == 200  # the other key still works
         assert b"revoked" in self.get(self.olivia, "keys").content
 
@@ -246,7 +281,7 @@ class EventsTestCase(OperationsTestCase):
             "web:memory", kwargs={"project_id": self.project_id, "memory_id": memory.pk}
         )
         assert f'href="{memory_url}"'.encode() in response.content
-        for text in (b"4321 input tokens", b"SUCCEEDED", b"claude", b"<del>alice"):
+        for text in (b"4321 input tokens", b"SUCCEEDED", b"claude", b"<del><bdi>alice</bdi>"):
             assert text in response.content
 
     def test_an_event_with_an_erased_payload_still_renders(self) -> None:
@@ -289,7 +324,9 @@ class GraphTestCase(OperationsTestCase):
         assert b'role="img"' in svg[0] and b'aria-labelledby="graph-title graph-desc"' in svg[0]
         for name in (b"alice", b"tea", b"acme"):
             assert b">" + name + b"<" in svg[0], name
-        assert b">" + ESCAPED.encode() + b" (1 relation)</title>" in svg[0]  # label shortened
+        # The label is shortened; the title has the whole name, isolated (U+2068 ... U+2069).
+        title = f">&#x2068;{ESCAPED}&#x2069; (1 relation)</title>"
+        assert title.encode() in svg[0]
         assert HOSTILE.encode() not in response.content
         assert b"java" not in response.content  # invalidated
         assert b"coffee" not in response.content and b"secret" not in response.content
