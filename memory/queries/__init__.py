@@ -47,7 +47,15 @@ from memory.queries.dashboard import (
     user_memory,
 )
 from memory.queries.purge import Retention, expired, retention, retention_due
-from memory.queries.records import erasure, event, events, export, idempotent_request, usage_per_day
+from memory.queries.records import (
+    erasure,
+    event,
+    events,
+    events_by_id,
+    export,
+    idempotent_request,
+    usage_per_day,
+)
 from memory.queries.relations import (
     SEARCH_RELATIONS,
     GraphRelations,
@@ -70,6 +78,7 @@ __all__ = [
     "erasure",
     "event",
     "events",
+    "events_by_id",
     "expired",
     "export",
     "get_memory",

@@ -7,6 +7,7 @@ May import memory.models, audit.models and Django; no other module of this packa
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -58,6 +59,15 @@ def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, A
 
 def event(project_id: uuid.UUID, event_id: uuid.UUID) -> MemoryEvent | None:
     return MemoryEvent.objects.filter(project_id=project_id, pk=event_id).first()
+
+
+def events_by_id(project_id: uuid.UUID, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, MemoryEvent]:
+    """The project's events among `ids`, by id, without their payloads (one query)."""
+    wanted = list(ids)
+    if not wanted:
+        return {}
+    rows = MemoryEvent.objects.filter(project_id=project_id, pk__in=wanted).defer("payload")
+    return {event.pk: event for event in rows}
 
 
 def export(

@@ -30,6 +30,7 @@ from memory import search as searching
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
 from memory.text.query import Query
 from memory.web.common import Dashboard, operator_page
+from memory.web.versions import versions
 from tenants.db import project_context
 
 PAGE_SIZE = 25
@@ -212,6 +213,7 @@ def _detail(
         "memory": memory,
         "form": form,
         "history": queries.history(dash.project.pk, memory.id) or [],
+        "versions": versions(dash.project.pk, memory),
         "event": event,
         "messages_of_event": _messages(event, memory) if event else [],
         "usage": _usage(event) if event else {},
@@ -319,6 +321,37 @@ def memory_restore(request: HttpRequest, dash: Dashboard, memory_id: uuid.UUID) 
     return _back(memory)
 
 
+@operator_page(write=True, tenant=False)  # the action embeds the text before its transaction
+@require_POST
+def memory_restore_version(
+    request: HttpRequest, dash: Dashboard, memory_id: uuid.UUID, history_id: uuid.UUID
+) -> HttpResponse:
+    """Give an active memory the text of one of its earlier versions: a new version (re-embedded,
+    a history row naming the staff member), the versions between kept."""
+    with project_context(dash.project.pk):
+        memory = _memory(dash, memory_id)
+        wanted = next(
+            (v for v in versions(dash.project.pk, memory) if v.history_id == history_id), None
+        )
+    if wanted is None:
+        raise Http404("No such version of this memory.")
+    if memory.state != Memory.State.ACTIVE:
+        messages.error(
+            request, f"Only an active memory can be changed; this one is {memory.state}."
+        )
+        return _back(memory)
+    if wanted.text == memory.text:
+        messages.info(request, "The memory already says this.")
+        return _back(memory)
+    try:
+        actions.do_update_memory(memory, actor=dash.actor, text=wanted.text)
+    except (RefusedError, ServiceUnavailableError) as error:  # immutable; embedder down
+        messages.error(request, str(error))
+        return _back(memory)
+    messages.success(request, "Earlier version restored as a new version. Re-embedded.")
+    return _back(memory)
+
+
 urlpatterns = [
     path("", project, name="project"),
     path("memories/", memory_list, name="memories"),
@@ -326,4 +359,9 @@ urlpatterns = [
     path("memories/<uuid:memory_id>/edit/", memory_edit, name="memory_edit"),
     path("memories/<uuid:memory_id>/delete/", memory_delete, name="memory_delete"),
     path("memories/<uuid:memory_id>/restore/", memory_restore, name="memory_restore"),
+    path(
+        "memories/<uuid:memory_id>/versions/<uuid:history_id>/restore/",
+        memory_restore_version,
+        name="memory_restore_version",
+    ),
 ]

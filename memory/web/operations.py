@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from datetime import datetime, time, timedelta
 from typing import Any, cast
 
@@ -25,7 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from memory import graph, queries
+from memory import actions, graph, queries
 from memory.models import SCOPE_MAX_LENGTH, MemoryEvent
 from memory.retrieval.filters import FilterError
 from memory.web import graph_picture
@@ -74,7 +75,9 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "days": days,
         "totals": totals,
         "usage_days": USAGE_DAYS,
-        "model": settings.ENGRAM_LLM_MODEL,
+        # What extracts new requests as this server is configured (the worker reads the same
+        # settings): Claude with its model, or the offline extractor without a key.
+        "model": settings.ENGRAM_LLM_MODEL if settings.ANTHROPIC_API_KEY else "",
         "tz": timezone.get_current_timezone_name(),
     }
     return render(request, "web/operator/events.html", context)
@@ -119,6 +122,30 @@ def event(request: HttpRequest, dash: Dashboard, event_id: uuid.UUID) -> HttpRes
         "graph": found.graph or {},
     }
     return render(request, "web/operator/event.html", context)
+
+
+@operator_page(write=True)
+def event_revert(request: HttpRequest, dash: Dashboard, event_id: uuid.UUID) -> HttpResponse:
+    """GET: what the add request did, and a confirmation form; POST: revert it as a whole
+    (actions.do_revert_event), or say which later change prevents it."""
+    found = queries.event(dash.project.pk, event_id)
+    if found is None:
+        raise Http404("No such event.")
+    if request.method != "POST":
+        context = {"section": "events", "event": found, "results": found.results or []}
+        return render(request, "web/operator/event_revert.html", context)
+    try:
+        reversal = actions.do_revert_event(dash.project.pk, event_id, actor=dash.actor)
+    except actions.RevertConflictError as refused:
+        messages.error(request, refused.detail)
+        return redirect("web:event", project_id=dash.project.pk, event_id=event_id)
+    counts = Counter(r["event"] for r in reversal["results"])
+    messages.success(
+        request,
+        f"Reverted: {counts['DELETE']} memor{'y' if counts['DELETE'] == 1 else 'ies'} deleted, "
+        f"{counts['RESTORE']} restored.",
+    )
+    return redirect("web:event", project_id=dash.project.pk, event_id=event_id)
 
 
 # -- API keys --------------------------------------------------------------------------------
@@ -279,6 +306,7 @@ def graph_view(request: HttpRequest, dash: Dashboard) -> HttpResponse:
 urlpatterns = [
     path("events/", events, name="events"),
     path("events/<uuid:event_id>/", event, name="event"),
+    path("events/<uuid:event_id>/revert/", event_revert, name="event_revert"),
     path("keys/", keys, name="keys"),
     path("keys/create/", key_create, name="key_create"),
     path("keys/<uuid:key_id>/revoke/", key_revoke, name="key_revoke"),

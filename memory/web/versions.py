@@ -1,0 +1,127 @@
+"""A memory's versions, as its page in the dashboards shows them: newest first, each with a
+word-level difference from the one before and what caused it.
+
+A version is a history row that gave the memory a text (ADD, UPDATE, RESTORE, REVERT), over the
+memory and the memories it superseded (its lineage: the model's UPDATE makes a new memory and
+keeps the old one). What caused it is read from the row's actor: the add request (the model or
+the offline extractor, from the event's `extractor`), a person (`user:`), an API key (`api:`),
+the end user (`enduser:`) or a command.
+
+May import memory.queries and memory.models.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memory import queries
+from memory.models import Memory, MemoryEvent, MemoryHistory
+
+_WORDS = re.compile(r"\s+|[^\s]+")
+GIVES_TEXT = (
+    MemoryHistory.Event.ADD,
+    MemoryHistory.Event.UPDATE,
+    MemoryHistory.Event.RESTORE,
+    MemoryHistory.Event.REVERT,
+)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of the text: "same", "added" or "removed" since the version before."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Version:
+    history_id: uuid.UUID
+    memory_id: uuid.UUID
+    at: datetime
+    change: str  # the history row's event
+    text: str
+    pieces: list[Piece]
+    cause: str  # who or what made it, in words
+    event_id: uuid.UUID | None  # the add request behind it, if any
+    current: bool  # the text the memory has now
+
+
+def word_diff(before: str, after: str) -> list[Piece]:
+    """`after` against `before`, word by word (whitespace kept), as runs of pieces."""
+    old, new = _WORDS.findall(before), _WORDS.findall(after)
+    pieces: list[Piece] = []
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            pieces.append(Piece("same", "".join(new[j1:j2])))
+            continue
+        if i2 > i1:
+            pieces.append(Piece("removed", "".join(old[i1:i2])))
+        if j2 > j1:
+            pieces.append(Piece("added", "".join(new[j1:j2])))
+    return pieces
+
+
+def cause(row: MemoryHistory, events: dict[uuid.UUID, MemoryEvent]) -> str:
+    kind, _, who = row.actor.partition(":")
+    if kind == "extractor":
+        event = events.get(row.event_id) if row.event_id else None
+        extractor = event.extractor if event is not None else ""
+        by = "the offline extractor" if extractor == "offline" else "the model"
+        return f"an add request, decided by {by}"
+    return {
+        "user": f"{who}, in the dashboard",
+        "api": f"the API key {who}",
+        "enduser": "the user, on their own page",
+        "command": f"the command {who}",
+    }.get(kind, row.actor)
+
+
+def versions(project_id: uuid.UUID, memory: Memory) -> list[Version]:
+    """Every version of `memory` and of the memories it superseded, newest first."""
+    lineage = [*reversed(queries.linked_memory_ids(project_id, [memory.pk])[memory.pk]), memory.pk]
+    histories = queries.histories(project_id, lineage)
+    rows = [
+        row
+        for memory_id in lineage
+        for row in histories[memory_id]
+        if row.event in GIVES_TEXT and row.new_memory is not None
+    ]
+    rows.sort(key=lambda row: (row.created_at, str(row.id)))
+    events = queries.events_by_id(project_id, {r.event_id for r in rows if r.event_id})
+    return list(reversed(_versions(rows, events, memory)))
+
+
+def _versions(
+    rows: Sequence[MemoryHistory], events: dict[uuid.UUID, MemoryEvent], memory: Memory
+) -> list[Version]:
+    found: list[Version] = []
+    before = ""
+    for row in rows:
+        text = row.new_memory or ""
+        if found and (found[-1].text, found[-1].event_id) == (text, row.event_id) and row.event_id:
+            continue  # a supersession: the old memory's UPDATE row, then its replacement's ADD
+        found.append(
+            Version(
+                history_id=row.id,
+                memory_id=row.memory_id,
+                at=row.created_at,
+                change=row.event,
+                text=text,
+                pieces=word_diff(before, text) if before else [Piece("same", text)],
+                cause=cause(row, events),
+                event_id=row.event_id,
+                current=False,
+            )
+        )
+        before = text
+    if found and found[-1].text == memory.text:
+        last = found[-1]
+        found[-1] = Version(**{**last.__dict__, "current": True})
+    return found

@@ -1,0 +1,139 @@
+"""A memory's versions on the operator's memory page (memory/web/versions.py): newest first,
+word-level differences, what caused each, and restoring an earlier one as a new version."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.contrib.auth.models import User
+from django.test import TestCase, override_settings
+
+from memory import actions
+from memory.extraction.llm.offline import OfflineExtractor
+from memory.extraction.pipeline import process_event
+from memory.models import Memory, MemoryEvent, MemoryHistory
+from memory.web.versions import Piece, versions, word_diff
+from tenants.db import project_context
+from tenants.models import Project
+from tests.factory import make_key
+from tests.memory.test_web_memories import person
+
+SCOPE = {"user_id": "alice", "agent_id": None, "app_id": None, "run_id": None}
+
+
+class VersionsTestCase(TestCase):
+    project: ClassVar[Project]
+    owner: ClassVar[User]
+    reader: ClassVar[User]
+
+    @classmethod
+    def setUpTestData(cls) -> None:
+        cls.project = make_key("acme", "main").key.project
+        cls.owner = person("owen", cls.project.organization, "owner")
+        cls.reader = person("rita", cls.project.organization, "reader")
+
+    def said(self, text: str) -> MemoryEvent:
+        with project_context(self.project.pk):
+            payload = {"messages": [{"role": "user", "content": text}], "scope": SCOPE}
+            event = MemoryEvent.objects.create(project=self.project, payload=payload, **SCOPE)
+        process_event(event.id, self.project.pk, OfflineExtractor())
+        return event
+
+    def current(self) -> Memory:
+        with project_context(self.project.pk):
+            return Memory.objects.get(state="active")
+
+    def url(self, memory: Memory, suffix: str = "") -> str:
+        return f"/dashboard/p/{self.project.pk}/memories/{memory.pk}/{suffix}"
+
+    def test_the_difference_is_word_by_word(self) -> None:
+        assert word_diff("I live in Austin.", "I live in Porto, Portugal.") == [
+            Piece("same", "I live in "),
+            Piece("removed", "Austin."),
+            Piece("added", "Porto, Portugal."),
+        ]
+        assert word_diff("same text", "same text") == [Piece("same", "same text")]
+
+    def test_the_lineage_newest_first_with_its_causes(self) -> None:
+        self.said("I live in Austin.")
+        moved = self.said("I live in Porto.")
+        memory = self.current()
+        actions.do_update_memory(
+            memory, actor=actions.Actor("user", "owen"), text="I live in Porto, Portugal."
+        )
+        with project_context(self.project.pk):
+            found = versions(self.project.pk, Memory.objects.get(pk=memory.pk))
+        assert [(v.text, v.current) for v in found] == [
+            ("I live in Porto, Portugal.", True),
+            ("I live in Porto.", False),
+            ("I live in Austin.", False),
+        ]
+        assert found[0].cause == "owen, in the dashboard"
+        assert found[1].cause == "an add request, decided by the offline extractor"
+        assert found[1].event_id == moved.id
+        assert Piece("removed", "Austin.") in found[1].pieces
+        assert Piece("added", "Porto, Portugal.") in found[0].pieces
+
+    def test_the_page_shows_the_versions_and_restores_one(self) -> None:
+        self.said("I live in Austin.")
+        self.said("I live in Porto.")
+        memory = self.current()
+        self.client.force_login(self.owner)
+        page = self.client.get(self.url(memory))
+        assert page.status_code == 200
+        shown = page.context["versions"]
+        assert [v.text for v in shown] == ["I live in Porto.", "I live in Austin."]
+        austin = shown[1]
+        answer = self.client.post(self.url(memory, f"versions/{austin.history_id}/restore/"))
+        assert answer.status_code == 302
+        restored = self.current()
+        assert (restored.pk, restored.text) == (memory.pk, "I live in Austin.")
+        with project_context(self.project.pk):
+            last = MemoryHistory.objects.filter(memory_id=memory.pk).order_by("-created_at")[0]
+        assert (last.event, last.actor, last.old_memory) == (
+            "UPDATE",
+            "user:owen",
+            "I live in Porto.",
+        )
+        # A reader may look, not change; an unknown version is a 404.
+        self.client.force_login(self.reader)
+        refused = self.client.post(self.url(memory, f"versions/{shown[0].history_id}/restore/"))
+        assert refused.status_code == 403
+        assert self.current().text == "I live in Austin."
+        self.client.force_login(self.owner)
+        missing: Any = self.client.post(self.url(memory, f"versions/{memory.pk}/restore/"))
+        assert missing.status_code == 404
+
+    def test_the_event_page_reverts_after_a_confirmation(self) -> None:
+        lived = self.said("I live in Austin.")
+        moved = self.said("I live in Porto.")
+        event_url = f"/dashboard/p/{self.project.pk}/events/{moved.pk}/"
+        self.client.force_login(self.reader)
+        assert b"Revert this add request" not in self.client.get(event_url).content
+        assert self.client.get(f"{event_url}revert/").status_code == 403
+        self.client.force_login(self.owner)
+        assert b"Revert this add request" in self.client.get(event_url).content
+        confirm = self.client.get(f"{event_url}revert/")
+        assert confirm.status_code == 200
+        assert b"What it did" in confirm.content and b"I live in Porto." in confirm.content
+        assert self.current().text == "I live in Porto."  # a GET changes nothing
+        done = self.client.post(f"{event_url}revert/", follow=True)
+        assert b"Reverted: 1 memory deleted, 1 restored." in done.content
+        assert b"Reverted</dt>" in done.content and b"user:owen" in done.content
+        assert self.current().text == "I live in Austin."
+        # The first request's memory was changed by the second: refused, and said why.
+        refused = self.client.post(
+            f"/dashboard/p/{self.project.pk}/events/{lived.pk}/revert/", follow=True
+        )
+        assert b"was changed after this add request" in refused.content
+        assert self.current().text == "I live in Austin."
+
+    def test_the_events_page_names_the_extractor_that_runs(self) -> None:
+        self.client.force_login(self.reader)
+        url = f"/dashboard/p/{self.project.pk}/events/"
+        with override_settings(ANTHROPIC_API_KEY=""):
+            offline = self.client.get(url).content.decode()
+        assert "extracted by the offline extractor" in offline and "claude-" not in offline
+        with override_settings(ANTHROPIC_API_KEY="sk-test", ENGRAM_LLM_MODEL="claude-test-1"):
+            claude = self.client.get(url).content.decode()
+        assert "extracted by Claude, model <code>claude-test-1</code>" in claude
