@@ -18,8 +18,8 @@ from rest_framework.response import Response
 from audit.access import note_access
 from config.inputs import text_problem
 from memory.api import responses as r
+from memory.api import serializers as s
 from memory.api.common import tenant
-from memory.models import scope_id_error
 from tenants import links
 from tenants.authentication import request_key
 
@@ -66,9 +66,12 @@ class DashboardLinkRequestSerializer(serializers.Serializer[dict[str, Any]]):
 )
 @api_view(["POST"])
 def dashboard_link(request: Request, user_id: str) -> Response:
-    problem = text_problem(user_id) or scope_id_error(user_id)
-    if problem:
+    if problem := text_problem(user_id):
         raise serializers.ValidationError({"user_id": problem})
+    try:  # as an add stores it (" x " is "x"): the link shows the memories added for it
+        user_id = s.scope_id(user_id)
+    except s.ScopeIdError as exc:
+        raise serializers.ValidationError({"user_id": str(exc)}) from None
     serializer = DashboardLinkRequestSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     key = request_key(request)

@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from audit.access import note_access
 from memory import actions, queries
 from memory.api import responses as r
+from memory.api import serializers as s
 from memory.api.common import EntityPagination, _positive, actor, tenant
-from memory.models import scope_id_error
 from memory.queries import ENTITY_TYPES
 
 
@@ -84,8 +84,10 @@ def delete_entity(request: Request, entity_type: str, name: str) -> Response:
         raise serializers.ValidationError(
             f"Unknown entity type {entity_type!r}; use one of {', '.join(ENTITY_TYPES)}."
         )
-    if (problem := scope_id_error(name)) is not None:  # no memory can have such an id
-        raise serializers.ValidationError(f"A {entity_type} id {problem}")
+    try:  # as an add stores it (" x " is "x"); an id no memory can have is a 400
+        name = s.scope_id(name)
+    except s.ScopeIdError as exc:
+        raise serializers.ValidationError(f"A {entity_type} id {exc}") from None
     with tenant(request, status=202 if field == "user_id" else 200) as project:
         erasure = None
         if field == "user_id":

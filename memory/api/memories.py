@@ -186,7 +186,7 @@ def delete_all(request: Request) -> Response:
     params = request.query_params
     # The ids the query string names, by the filters' rules (an empty one is refused, not
     # ignored: `?user_id=&agent_id=bot` would delete every memory of the agent).
-    ids = {field: params[field] for field in SCOPE_FIELDS if field in params}
+    ids = s.cleaned_scope_ids({field: params[field] for field in SCOPE_FIELDS if field in params})
     query = s.compiled_scope_ids(ids)
     filters = s.parse_query_filters(params["filters"]) if "filters" in params else {}
     query &= s.compiled(filters)
@@ -198,7 +198,7 @@ def delete_all(request: Request) -> Response:
         count = actions.do_delete_memories(
             queries.memories(project).filter(query), actor=actor(request)
         )
-        note_access(request, scope={f: params.get(f) for f in SCOPE_FIELDS}, result_count=count)
+        note_access(request, scope={f: ids.get(f) for f in SCOPE_FIELDS}, result_count=count)
     return Response({"message": "Memories deleted successfully!", "deleted": count})
 
 

@@ -139,6 +139,27 @@ def parse_id(value: str, field: str) -> uuid.UUID:
         raise serializers.ValidationError({field: "must be a UUID."}) from None
 
 
+def cleaned_ids(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The scope ids a tool call names, each as an add stores it (s.scope_id: " x " is "x"),
+    so that they reach the memories added for them and compare with the fixed scope."""
+    cleaned: dict[str, Any] = {}
+    for field, value in given.items():
+        try:
+            cleaned[field] = None if value is None else s.scope_id(value)
+        except s.ScopeIdError as exc:
+            raise serializers.ValidationError({field: str(exc)}) from None
+    return cleaned
+
+
+def bound_filters(fixed: Mapping[str, str], filters: Any) -> Any:
+    """`filters` with their scope ids cleaned (s.normalised_filters), bound to the fixed scope."""
+    try:
+        normalised = s.normalised_filters(filters)
+    except serializers.ValidationError as exc:
+        raise serializers.ValidationError({"filters": exc.detail}) from None
+    return fixed_filters(fixed, normalised)
+
+
 def lines(memories: list[dict[str, Any]], empty: str = "No memories found.") -> str:
     if not memories:
         return empty
@@ -203,7 +224,7 @@ def add_memory(
     caller = current()
     request = caller.request
     given = {"user_id": user_id, "agent_id": agent_id, "app_id": app_id, "run_id": run_id}
-    ids = scope_ids(caller.fixed, given)
+    ids = scope_ids(caller.fixed, cleaned_ids(given))
     body: dict[str, Any] = {k: v for k, v in ids.items() if v is not None}
     body.update(messages=messages if messages is not None else text, infer=infer)
     if metadata is not None:
@@ -249,7 +270,7 @@ def search_memories(
     earlier: preferences, facts about them, past decisions."""
     caller = current()
     request = caller.request
-    body = {"query": query, "top_k": top_k, "filters": fixed_filters(caller.fixed, filters)}
+    body = {"query": query, "top_k": top_k, "filters": bound_filters(caller.fixed, filters)}
     data = valid(s.SearchSerializer(data=body))
     memories = matching(request, data)
     analysed = searching.prepare(common.project_id(request), memories, data["query"])
@@ -279,7 +300,7 @@ def get_memories(
     search_memories."""
     caller = current()
     request = caller.request
-    data = valid(s.ListSerializer(data={"filters": fixed_filters(caller.fixed, filters)}))
+    data = valid(s.ListSerializer(data={"filters": bound_filters(caller.fixed, filters)}))
     if page < 1 or not 1 <= page_size <= MemoryPagination.max_page_size:
         raise serializers.ValidationError(
             f"page must be at least 1 and page_size 1-{MemoryPagination.max_page_size}."
@@ -368,10 +389,7 @@ def delete_all_memories(
     """Delete every memory of a user (or agent, app, run; those given must all match). Only
     when the user explicitly asks to forget everything; it cannot be undone from here."""
     given = {"user_id": user_id, "agent_id": agent_id, "app_id": app_id, "run_id": run_id}
-    for value in given.values():
-        if value is not None:
-            s.ScopeIdField().run_validation(value)
-    (count,) = delete_scopes([scope_ids(current().fixed, given)])
+    (count,) = delete_scopes([scope_ids(current().fixed, cleaned_ids(given))])
     return answer(
         f"Deleted {count} memories.",
         {"message": "Memories deleted successfully!", "deleted": count},
@@ -391,11 +409,10 @@ def delete_entities(
     is deleted on its own. Only on an explicit request to remove that user or agent."""
     caller = current()
     given = {"user_id": user_id, "agent_id": agent_id, "app_id": app_id, "run_id": run_id}
-    named = {field: value for field, value in given.items() if value is not None}
+    named = {field: value for field, value in cleaned_ids(given).items() if value is not None}
     if not named:
         raise serializers.ValidationError("Name an entity: user_id, agent_id, app_id or run_id.")
     for field, value in named.items():
-        s.ScopeIdField().run_validation(value)
         if caller.fixed and caller.fixed.get(field) != value:
             # Deleting another entity would reach beyond the fixed scope's memories.
             raise ScopeRefusedError(

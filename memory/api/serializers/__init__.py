@@ -5,8 +5,8 @@ Response shapes are documented in responses.py.
 This module is the package's interface: callers write `from memory.api import serializers as s`
 and use `s.SearchSerializer`, `s.memory_data(…)`. The modules, by concern:
 
-- fields: the field types every request shares (stored text, bounded JSON, scope ids) and the
-  metadata check;
+- fields: the field types every request shares (stored text, bounded JSON, scope ids), the
+  cleaning of a scope id (scope_id) and the metadata check;
 - filters: scope ids top-level or in `filters`, merged, and filters compiled while validating;
 - messages: an add's messages and their multimodal parts;
 - adds: the add request, its observation time and the worker's payload;
@@ -34,20 +34,25 @@ from memory.api.serializers.adds import (
 from memory.api.serializers.bodies import memory_data
 from memory.api.serializers.exports import ExportGetSerializer, ExportSerializer, NonNullJSONField
 from memory.api.serializers.fields import (
+    DOT_SEGMENTS,
     MAX_TIMESTAMP,
     BoundedJSONField,
     JSONObjectField,
+    ScopeIdError,
     ScopeIdField,
     TextField,
+    scope_id,
     too_long,
     validate_metadata,
 )
 from memory.api.serializers.filters import (
     FilteredMixin,
     ScopeMixin,
+    cleaned_scope_ids,
     compiled,
     compiled_scope_ids,
     merged_filters,
+    normalised_filters,
     parse_query_filters,
     scope_of,
     validate_filters,
@@ -83,6 +88,7 @@ from memory.api.serializers.writes import (
 )
 
 __all__ = [
+    "DOT_SEGMENTS",
     "MAX_TIMESTAMP",
     "MAX_UTC_OFFSET",
     "MEMORY_TYPES",
@@ -110,6 +116,7 @@ __all__ = [
     "PartMessage",
     "ReadFlagsMixin",
     "ReferenceDateField",
+    "ScopeIdError",
     "ScopeIdField",
     "ScopeMixin",
     "SearchSerializer",
@@ -118,12 +125,15 @@ __all__ = [
     "UpdateSerializer",
     "category_names",
     "check_observation_time",
+    "cleaned_scope_ids",
     "compiled",
     "compiled_scope_ids",
     "memory_data",
     "merged_filters",
+    "normalised_filters",
     "observed_moment",
     "parse_query_filters",
+    "scope_id",
     "scope_of",
     "too_long",
     "validate_filters",

@@ -41,6 +41,11 @@ def _timezones() -> frozenset[str]:
 
 
 class AddSerializer(ScopeMixin):
+    # The ids a memory is stored with: also not "." or ".." (fields.DOT_SEGMENTS).
+    user_id = ScopeIdField(stored=True)
+    agent_id = ScopeIdField(stored=True)
+    app_id = ScopeIdField(stored=True)
+    run_id = ScopeIdField(stored=True)
     messages = MessagesField()
     filters = BoundedJSONField(required=False, allow_null=True)
     metadata = JSONObjectField(required=False, allow_null=True)
@@ -92,10 +97,11 @@ class AddSerializer(ScopeMixin):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         filters = attrs.get("filters") or {}
         for field in SCOPE_FIELDS:
-            # A scope id given inside `filters` is stored like a top-level one: same rules.
+            # A scope id given inside `filters` is stored like a top-level one: same rules,
+            # same cleaning (scope_of then reads the cleaned one).
             if attrs.get(field) is None and isinstance(filters.get(field), str | int):
                 try:
-                    ScopeIdField().run_validation(filters[field])
+                    attrs[field] = ScopeIdField(stored=True).run_validation(filters[field])
                 except serializers.ValidationError as exc:
                     raise serializers.ValidationError({f"filters.{field}": exc.detail}) from None
         scope = scope_of(attrs)

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory.api.serializers.fields import BoundedJSONField
-from memory.api.serializers.filters import compiled, validate_filters
+from memory.api.serializers.filters import compiled, normalised_filters, validate_filters
 
 
 # Any JSON value but null (OpenAPI 3.0 has no "null" type to exclude, so the others are listed).
@@ -37,3 +37,7 @@ class ExportSerializer(serializers.Serializer[dict[str, Any]]):
 class ExportGetSerializer(serializers.Serializer[dict[str, Any]]):
     memory_export_id = serializers.UUIDField(required=False)
     filters = BoundedJSONField(required=False, allow_null=True)
+
+    def validate_filters(self, value: Any) -> Any:
+        # As an export stores them (ExportSerializer), to find the one made with them.
+        return normalised_filters(value)

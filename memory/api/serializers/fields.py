@@ -60,18 +60,27 @@ class JSONObjectField(BoundedJSONField):
     """Documented as a JSON object; the serializer's validate_<field> refuses anything else."""
 
 
-class ScopeIdField(serializers.CharField):
-    """A scope id, by the rule of every entry point (memory.models.scope_id_error); max_length
-    only documents it in the schema."""
+# The ids a client cannot put in a URL path: HTTP libraries remove "." and ".." segments (RFC
+# 3986 dot segments; the WHATWG URL of fetch even when sent as %2E), so the official clients
+# could not erase a user of such an id (DELETE /v2/entities/user/{id}/). An add refuses them.
+DOT_SEGMENTS = (".", "..")
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(
-            max_length=SCOPE_MAX_LENGTH,
-            required=False,
-            allow_null=True,
-            allow_blank=False,
-            **kwargs,
-        )
+
+class ScopeIdField(serializers.CharField):
+    """A scope id, by the rule of every entry point (memory.models.scope_id_error), after
+    trimming the whitespace around it: " x " is the id "x". max_length only documents it in
+    the schema.
+
+    The one cleaning of every id a request names (top-level, inside `filters`, in a query
+    string or a path: scope_id below), so an id is the same at add and at erasure. With
+    `stored` (an add): also not "." or ".." (DOT_SEGMENTS), which no path can carry.
+    """
+
+    def __init__(self, *, stored: bool = False, **kwargs: Any) -> None:
+        self.stored = stored
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(max_length=SCOPE_MAX_LENGTH, allow_blank=False, **kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if isinstance(data, bool) or not isinstance(data, str | int):
@@ -79,7 +88,30 @@ class ScopeIdField(serializers.CharField):
         value = super().to_internal_value(str(data))
         if (problem := scope_id_error(value)) is not None:
             raise serializers.ValidationError(problem)
+        if self.stored and value in DOT_SEGMENTS:
+            raise serializers.ValidationError(
+                f"must not be {value!r}: HTTP clients drop '.' and '..' from URL paths, so "
+                "this id could not be erased through the API."
+            )
         return value
+
+
+class ScopeIdError(ValueError):
+    """An id no memory can have; the message is the reason ("must not be empty or only …")."""
+
+
+def scope_id(value: Any) -> str:
+    """`value` as an add stores it (ScopeIdField: trimmed, then 1 to 255 characters), for
+    every id a request names outside a serializer's own fields: a path, a query string, an
+    operand of `filters`. Raises ScopeIdError."""
+    try:
+        cleaned: str = ScopeIdField(allow_null=False).run_validation(value)
+    except serializers.ValidationError as exc:
+        if exc.get_codes() == ["blank"]:  # worded as scope_id_error words an empty id
+            raise ScopeIdError("must not be empty or only whitespace.") from None
+        detail = exc.detail
+        raise ScopeIdError(str(detail[0] if isinstance(detail, list) else detail)) from None
+    return cleaned
 
 
 def validate_metadata(value: Any) -> dict[str, Any]:

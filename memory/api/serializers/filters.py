@@ -1,6 +1,7 @@
 """Scope ids and filters: a request's scope ids top-level or inside `filters` (ScopeMixin,
 scope_of), the two merged, filters compiled once while validating (memory.retrieval.filters),
-scope ids and `filters` of a query string.
+scope ids and `filters` of a query string. Every scope id a filter names is cleaned as an add
+stores it (normalised_filters, by fields.scope_id): {"user_id": " x "} reads the user "x".
 
 May import memory.api.serializers.fields, memory.models, memory.retrieval.filters,
 config.inputs, Django and DRF.
@@ -14,18 +15,70 @@ from django.db.models import Q
 from rest_framework import serializers
 
 from config.inputs import UnsafeInputError, parse_json, parse_python_literal
-from memory.api.serializers.fields import ScopeIdField
-from memory.models import SCOPE_FIELDS, scope_id_error
-from memory.retrieval.filters import FilterError, compile_filters
+from memory.api.serializers.fields import ScopeIdError, ScopeIdField, scope_id
+from memory.models import SCOPE_FIELDS
+from memory.retrieval.filters import LOGICAL, MAX_DEPTH, WILDCARD, FilterError, compile_filters
 
 
 def validate_filters(value: Any) -> dict[str, Any]:
-    """A filter object's shape (compiled later, once, with the request's scope ids)."""
+    """A filter object's shape, its scope ids cleaned (normalised_filters); compiled later,
+    once, with the request's scope ids."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise serializers.ValidationError("must be a JSON object.")
-    return value
+    normalised: dict[str, Any] = normalised_filters(value)
+    return normalised
+
+
+def normalised_filters(filters: Any, depth: int = 0) -> Any:
+    """`filters` with each scope id it names as an add stores it (fields.scope_id: " x " is
+    "x"): a scope field's value and its eq, ne and `in` operands, inside AND, OR and NOT too.
+
+    "*" (any value) stays; " * " is refused rather than read as "*": an id with spaces is
+    never a wildcard. Everything else is left for the compiler to judge (memory.retrieval
+    .filters), which refuses what is deeper than its limit. Raises ValidationError with one
+    message naming the field (a serializer's validate_filters keys it as `filters`)."""
+    if depth > 2 * MAX_DEPTH + 4 or not isinstance(filters, dict):
+        return filters
+    result: dict[str, Any] = {}
+    for key, value in filters.items():
+        if key in SCOPE_FIELDS:
+            result[key] = _scope_condition(key, value)
+        elif key in LOGICAL and isinstance(value, list):
+            result[key] = [normalised_filters(item, depth + 1) for item in value]
+        elif key in LOGICAL:
+            result[key] = normalised_filters(value, depth + 1)
+        else:
+            result[key] = value
+    return result
+
+
+def _scope_condition(field: str, value: Any) -> Any:
+    try:
+        if not isinstance(value, dict):
+            return scope_operand(value, wildcard=True)
+        cleaned = dict(value)
+        for op in ("eq", "ne"):
+            if op in cleaned:
+                cleaned[op] = scope_operand(cleaned[op], wildcard=op == "eq")
+        if isinstance(cleaned.get("in"), list):
+            cleaned["in"] = [scope_operand(item, wildcard=False) for item in cleaned["in"]]
+        return cleaned
+    except ScopeIdError as exc:
+        raise serializers.ValidationError(f"{field} {exc}") from None
+
+
+def scope_operand(value: Any, *, wildcard: bool) -> Any:
+    """One scope id of a filter or a query string cleaned (fields.scope_id); "*" as it is, and
+    what is no id at all (null, a list) too, for the compiler to refuse. With `wildcard` (an
+    equality, where "*" means any value), " * " is refused (ScopeIdError), not read as "*"."""
+    if value == WILDCARD or isinstance(value, bool) or not isinstance(value, str | int):
+        return value
+    cleaned = scope_id(value)
+    if wildcard and cleaned == WILDCARD:
+        raise ScopeIdError(f"{value!r} is not '*' (any value): write the wildcard without spaces.")
+    return cleaned
 
 
 def compiled(filters: dict[str, Any]) -> Q:
@@ -35,14 +88,24 @@ def compiled(filters: dict[str, Any]) -> Q:
         raise serializers.ValidationError({"filters": str(exc)}) from None
 
 
+def cleaned_scope_ids(ids: dict[str, str]) -> dict[str, str]:
+    """Scope ids of a query string, each cleaned as an add stores it (" x " is "x"), "*" as
+    it is; an id no memory can have (empty, only whitespace, " * ") is a 400 naming it."""
+    cleaned: dict[str, str] = {}
+    for field, value in ids.items():
+        try:
+            cleaned[field] = scope_operand(value, wildcard=True)
+        except ScopeIdError as exc:
+            raise serializers.ValidationError({field: str(exc)}) from None
+    return cleaned
+
+
 def compiled_scope_ids(ids: dict[str, str]) -> Q:
     """Scope ids of a query string (DELETE /v1/memories/?user_id=…), by the filters' rules:
-    each one named equal ("*": set to anything), the others not tested."""
-    for field, value in ids.items():
-        if (problem := scope_id_error(value)) is not None:
-            raise serializers.ValidationError({field: problem})
+    each one named equal ("*": set to anything), the others not tested; each cleaned
+    (cleaned_scope_ids)."""
     try:
-        return compile_filters(ids, exact_scope=False)
+        return compile_filters(cleaned_scope_ids(ids), exact_scope=False)
     except FilterError as exc:
         raise serializers.ValidationError(str(exc)) from None
 
@@ -60,7 +123,10 @@ def parse_query_filters(raw: str) -> dict[str, Any]:
             ) from None
     if not isinstance(value, dict):
         raise serializers.ValidationError({"filters": "must be a JSON object."})
-    return value
+    try:
+        return validate_filters(value)
+    except serializers.ValidationError as exc:
+        raise serializers.ValidationError({"filters": exc.detail}) from None
 
 
 class ScopeMixin(serializers.Serializer[dict[str, Any]]):
