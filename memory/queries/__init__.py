@@ -43,8 +43,12 @@ from memory.queries.dashboard import (
     memory_in_any_state,
     scope_counts,
     source_messages,
+    sources_of,
+    user_deleted_memories,
     user_memories,
     user_memory,
+    user_memory_kept,
+    user_relations,
 )
 from memory.queries.purge import Retention, expired, retention, retention_due
 from memory.queries.records import (
@@ -101,7 +105,11 @@ __all__ = [
     "scope_memories",
     "search_relations",
     "source_messages",
+    "sources_of",
     "usage_per_day",
+    "user_deleted_memories",
     "user_memories",
     "user_memory",
+    "user_memory_kept",
+    "user_relations",
 ]

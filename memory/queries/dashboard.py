@@ -1,7 +1,7 @@
 """The dashboards' reads (memory.web): scope ids with their counts, the memory browser, a
 memory in any state, one end user's own memories, and where a memory came from.
 
-May import memory.queries.core, memory.models and Django.
+May import memory.queries.core, memory.graph (reads), memory.models and Django.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import connection
 
+from memory import graph
 from memory.models import Memory, MemoryEvent, MemoryHistory, MemoryQuerySet
 from memory.queries.core import ENTITY_TYPES, memories
 
@@ -102,25 +103,83 @@ def user_memory(project_id: uuid.UUID, user_id: str, memory_id: uuid.UUID) -> Me
     return user_memories(project_id, user_id).light().filter(pk=memory_id).first()
 
 
+def user_deleted_memories(project_id: uuid.UUID, user_id: str) -> MemoryQuerySet:
+    """The user's deleted memories, still restorable (not erased yet), the latest deleted
+    first (a delete stamps updated_at)."""
+    return (
+        memories(project_id)
+        .filter(user_id=user_id, state=Memory.State.DELETED)
+        .order_by("-updated_at", "-id")
+    )
+
+
+def user_memory_kept(project_id: uuid.UUID, user_id: str, memory_id: uuid.UUID) -> Memory | None:
+    """One memory of the user that is active or deleted (not superseded, not redacted); None
+    for another user's or another project's id."""
+    kept = (Memory.State.ACTIVE, Memory.State.DELETED)
+    found = memories(project_id).light().filter(user_id=user_id, pk=memory_id, state__in=kept)
+    return found.first()
+
+
+def user_relations(project_id: uuid.UUID, user_id: str, limit: int) -> list[graph.Relation]:
+    """The graph relations of the user's scopes (whatever the agent, app or run), valid and
+    invalidated, oldest first, at most `limit`."""
+    edges = graph.EdgeFilter(graph.ScopeMatch.of({"user_id": user_id}), include_invalid=True)
+    found: list[graph.Relation] = []
+    while len(found) < limit:
+        page = min(graph.MAX_LIMIT, limit - len(found))
+        rows = graph.relations_in(project_id, edges, limit=page, offset=len(found))
+        found += rows
+        if len(rows) < page:
+            break
+    return found
+
+
 def source_messages(project_id: uuid.UUID, memory: Memory) -> list[dict[str, Any]]:
     """Where a memory came from: the messages of its add request (each with `role`, `content`,
     `name` and `used`, true for the messages it was taken from), or for a message stored
     verbatim (infer=false, no request row) the message its ADD history row kept; [] if none."""
     if memory.source_event_id is None:
         return []
-    found = MemoryEvent.objects.filter(
-        project_id=project_id, pk=memory.source_event_id, user_id=memory.user_id
-    ).values_list("payload", flat=True)
-    payload = next(iter(found), None)
-    if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
-        used = set(memory.source_positions)
-        return [
-            {**message, "used": position in used}
-            for position, message in enumerate(payload["messages"])
-            if isinstance(message, dict)
-        ]
-    added = MemoryHistory.objects.filter(
+    history = MemoryHistory.objects.filter(
         project_id=project_id, memory_id=memory.id, event=MemoryHistory.Event.ADD
-    ).values_list("input", flat=True)
-    kept = next(iter(added), None) or []
-    return [{**m, "used": True} for m in kept if isinstance(m, dict)]
+    )
+    return sources_of(project_id, [memory], {memory.id: list(history)})[memory.id]
+
+
+def sources_of(
+    project_id: uuid.UUID,
+    rows: Sequence[Memory],
+    histories: dict[uuid.UUID, list[MemoryHistory]],
+) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """source_messages for each of `rows`, their add requests read in one query; `histories`
+    holds each memory's history rows (its ADD row keeps a verbatim message)."""
+    wanted = {m.source_event_id for m in rows if m.source_event_id is not None}
+    events = {
+        event_id: (user_id, payload)
+        for event_id, user_id, payload in MemoryEvent.objects.filter(
+            project_id=project_id, pk__in=wanted
+        ).values_list("id", "user_id", "payload")
+    }
+    found: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for memory in rows:
+        if memory.source_event_id is None:
+            found[memory.id] = []
+            continue
+        user_id, payload = events.get(memory.source_event_id, (None, None))
+        if (
+            user_id == memory.user_id
+            and isinstance(payload, dict)
+            and isinstance(payload.get("messages"), list)
+        ):
+            used = set(memory.source_positions)
+            found[memory.id] = [
+                {**message, "used": position in used}
+                for position, message in enumerate(payload["messages"])
+                if isinstance(message, dict)
+            ]
+        else:
+            added = [r.input for r in histories.get(memory.id, []) if r.event == "ADD"]
+            kept = added[0] if added else []
+            found[memory.id] = [{**m, "used": True} for m in kept if isinstance(m, dict)]
+    return found

@@ -38,10 +38,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from config.exceptions import RefusedError
 from config.inputs import text_problem
 from config.redaction import redact_page_path
-from memory import actions, queries
+from memory import actions, graph, queries
 from memory import search as searching
 from memory.actions import Actor
-from memory.models import Memory, MemoryHistory
+from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
 from memory.parts import describe
 from memory.text.embeddings import embed_one
 from tenants import links
@@ -52,6 +52,9 @@ PAGE_SIZE = 20
 # A search ranks the user's memories and pages through the best ones.
 SEARCH_RESULTS = 100
 MAX_QUERY_CHARS = 500
+DELETED_SHOWN = 20  # the latest deleted memories listed, restorable, on the user's page
+# The user's graph relations in their download, at most (oldest first).
+RELATIONS_EXPORTED = 10_000
 # Who made a change, as the user is told (memory.actions.Actor kinds).
 ACTORS = {
     "api": "the application",
@@ -167,10 +170,14 @@ def home(request: HttpRequest, me: EndUser) -> HttpResponse:
         else:
             found = mine
         page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
+        deleted = list(queries.user_deleted_memories(me.project_id, me.user_id)[:DELETED_SHOWN])
+        project = _project(me)
         context = {
             "me": me,
-            "project": _project(me),
+            "project": project,
             "page": page,
+            "deleted": deleted,
+            "kept_days": _kept_days(project),
             "q": query,
             "error": error,
             "section": "memories",
@@ -264,17 +271,68 @@ def correct(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
     return redirect("web:enduser_memory", token=me.token, memory_id=memory.id)
 
 
+def _kept_memory(me: EndUser, memory_id: str) -> Memory:
+    """The user's memory, active or deleted (restorable), inside the caller's context; 404 for
+    anyone else's."""
+    found = queries.user_memory_kept(me.project_id, me.user_id, _memory_id(memory_id))
+    if found is None:
+        raise Http404("No such memory.")
+    return found
+
+
+def _kept_days(project: Project) -> int:
+    """How many days a deleted memory is kept, restorable, before it is erased for good (the
+    project's retention, else the server's; 0: until the user or the application erases it)."""
+    days = project.deleted_retention_days
+    return settings.ENGRAM_DELETED_RETENTION_DAYS if days is None else days
+
+
 @enduser_page
-@require_POST
+@require_http_methods(["GET", "POST"])
 def delete(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
+    """GET: what deleting means, and the choice to erase for good at once instead; POST: the
+    soft delete (hidden at once, restorable until the retention period ends)."""
     with me.context():
         memory = _own_memory(me, memory_id)
+        if request.method != "POST":
+            context = {"me": me, "memory": memory, "days": _kept_days(_project(me))}
+            return render(request, "web/enduser/delete.html", context)
         actions.do_delete_memory(memory, actor=me.actor)
-    messages.success(request, "The memory is deleted.")
+    messages.success(request, "The memory is deleted. You can undo this under “Recently deleted”.")
     return redirect("web:enduser_home", token=me.token)
 
 
-def _export_entry(memory: Memory, history: list[MemoryHistory]) -> dict[str, Any]:
+@enduser_page
+@require_POST
+def restore(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
+    """Undo a delete while the memory is still kept."""
+    with me.context():
+        memory = _kept_memory(me, memory_id)
+        if memory.state == Memory.State.ACTIVE:
+            messages.info(request, "This memory is not deleted.")
+        else:
+            actions.do_restore_memory(memory, actor=me.actor)
+            messages.success(request, "The memory is back.")
+    return redirect("web:enduser_home", token=me.token)
+
+
+@enduser_page
+@require_http_methods(["GET", "POST"])
+def erase_memory(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
+    """GET: a confirmation; POST: erase one memory for good at once, active or deleted (the
+    redaction of the API's POST /v1/memories/{id}/redact/)."""
+    with me.context():
+        memory = _kept_memory(me, memory_id)
+        if request.method != "POST":
+            return render(request, "web/enduser/erase_memory.html", {"me": me, "memory": memory})
+        actions.do_redact_memory(memory, actor=me.actor, reason="erased by the user")
+    messages.success(request, "The memory is erased for good.")
+    return redirect("web:enduser_home", token=me.token)
+
+
+def _export_entry(
+    memory: Memory, history: list[MemoryHistory], sources: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "id": str(memory.id),
         "text": memory.text,
@@ -288,22 +346,41 @@ def _export_entry(memory: Memory, history: list[MemoryHistory]) -> dict[str, Any
         "app_id": memory.app_id,
         "run_id": memory.run_id,
         "source_event_id": str(memory.source_event_id) if memory.source_event_id else None,
+        # The messages it was taken from (`used`) and the rest of their request.
+        "source_messages": sources,
         "history": [{**change, "at": change["at"].isoformat()} for change in _changes(history)],
+    }
+
+
+def _relation_entry(relation: graph.Relation) -> dict[str, Any]:
+    return {
+        "source": relation.source,
+        "relationship": relation.relationship,
+        "destination": relation.destination,
+        "valid": relation.valid,
+        "since": relation.created_at,
+        "until": relation.invalidated_at,
+        "memory_ids": relation.memory_ids,
+        **{field: relation.scope.get(field) for field in SCOPE_FIELDS},
     }
 
 
 @enduser_page
 @require_GET
 def download(request: HttpRequest, me: EndUser) -> HttpResponse:
-    """Everything remembered about the user, as a JSON file (the right of access)."""
+    """Everything remembered about the user, as a JSON file (the right of access): each
+    memory with where it came from and its changes, and the relations the graph holds."""
     with me.context():
         mine = list(queries.user_memories(me.project_id, me.user_id).light())
         history = queries.histories(me.project_id, [m.id for m in mine])
+        sources = queries.sources_of(me.project_id, mine, history)
+        relations = queries.user_relations(me.project_id, me.user_id, RELATIONS_EXPORTED)
     body = {
         "user_id": me.user_id,
         "exported_at": timezone.now().isoformat(),
         "count": len(mine),
-        "memories": [_export_entry(m, history[m.id]) for m in mine],
+        "memories": [_export_entry(m, history[m.id], sources[m.id]) for m in mine],
+        "relations": [_relation_entry(r) for r in relations],
     }
     response = HttpResponse(
         json.dumps(body, ensure_ascii=False, indent=2), content_type="application/json"
@@ -344,6 +421,8 @@ urlpatterns = [
     path("<str:token>/m/<str:memory_id>/", memory_detail, name="enduser_memory"),
     path("<str:token>/m/<str:memory_id>/correct/", correct, name="enduser_correct"),
     path("<str:token>/m/<str:memory_id>/delete/", delete, name="enduser_delete"),
+    path("<str:token>/m/<str:memory_id>/restore/", restore, name="enduser_restore"),
+    path("<str:token>/m/<str:memory_id>/erase/", erase_memory, name="enduser_erase_memory"),
     path("<str:token>/download/", download, name="enduser_download"),
     path("<str:token>/erase/", erase, name="enduser_erase"),
     path("<str:token>/erase/done/", erased, name="enduser_erased"),

@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.models import ErasureRequest
+from memory import graph
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants import links
 from tenants.db import project_context
@@ -58,9 +59,9 @@ class EndUserDashboardTestCase(BaseTestCase):
 
     def test_the_list_costs_a_fixed_number_of_queries(self) -> None:
         # 1 the minting key; then the tenant transaction (a savepoint inside the test's):
-        # 2 savepoint, 3 set the project, 4 count, 5 the project, 6 the page of memories,
-        # 7 the project reset (outer context), 8 release
-        with self.assertNumQueries(8):
+        # 2 savepoint, 3 set the project, 4 count, 5 the recently deleted, 6 the project,
+        # 7 the page of memories, 8 the project reset (outer context), 9 release
+        with self.assertNumQueries(9):
             self.client.get(self.url("home"))
 
     def test_it_searches_the_users_memories_only(self) -> None:
@@ -144,6 +145,53 @@ class EndUserDashboardTestCase(BaseTestCase):
         assert self.history(self.dog)[-1].actor == "enduser:alice"
         assert self.client.get(self.url("memory", memory_id=self.dog.id)).status_code == 404
 
+    def test_a_delete_is_confirmed_first_and_says_what_it_means(self) -> None:
+        confirm = self.client.get(self.url("delete", memory_id=self.dog.id))
+        assert confirm.status_code == 200
+        page = confirm.content.decode()
+        assert "hides it at once" in page and "kept for 30 days" in page
+        assert "Erase it for good now" in page
+        assert self.memory(self.dog).state == Memory.State.ACTIVE  # a GET changes nothing
+        self.project.deleted_retention_days = 0
+        self.project.save(update_fields=["deleted_retention_days"])
+        kept = self.client.get(self.url("delete", memory_id=self.dog.id)).content.decode()
+        assert "until you erase it for good" in kept
+
+    def test_a_deleted_memory_is_listed_and_can_be_brought_back(self) -> None:
+        self.client.post(self.url("delete", memory_id=self.dog.id))
+        home = self.client.get(self.url("home"))
+        assert [m.id for m in home.context["deleted"]] == [self.dog.id]
+        assert b"Recently deleted" in home.content and b"Undo the delete" in home.content
+        response = self.client.post(self.url("restore", memory_id=self.dog.id))
+        assert response.status_code == 302
+        assert self.memory(self.dog).state == Memory.State.ACTIVE
+        assert [(h.event, h.actor) for h in self.history(self.dog)][-2:] == [
+            ("DELETE", "enduser:alice"),
+            ("RESTORE", "enduser:alice"),
+        ]
+        assert self.client.get(self.url("home")).context["deleted"] == []
+        # Someone else's memory, or another project's, is not theirs to bring back.
+        for other in (self.bob, self.other):
+            assert self.client.post(self.url("restore", memory_id=other.id)).status_code == 404
+
+    def test_a_memory_can_be_erased_for_good_at_once(self) -> None:
+        confirm = self.client.get(self.url("erase_memory", memory_id=self.tea.id))
+        assert confirm.status_code == 200 and b"cannot be undone" in confirm.content
+        assert self.memory(self.tea).state == Memory.State.ACTIVE
+        response = self.client.post(self.url("erase_memory", memory_id=self.tea.id))
+        assert response.status_code == 302
+        erased = self.memory(self.tea)
+        assert (erased.state, erased.text) == (Memory.State.REDACTED, "[redacted]")
+        assert all("green tea" not in (h.old_memory or "") for h in self.history(self.tea))
+        # A deleted one too; an erased one is gone from every list.
+        self.client.post(self.url("delete", memory_id=self.dog.id))
+        self.client.post(self.url("erase_memory", memory_id=self.dog.id))
+        assert self.memory(self.dog).state == Memory.State.REDACTED
+        home = self.client.get(self.url("home"))
+        assert home.context["deleted"] == []
+        assert self.client.post(self.url("erase_memory", memory_id=self.bob.id)).status_code == 404
+        assert self.memory(self.bob).text == "Bob likes green tea"
+
     def test_a_form_without_its_csrf_token_is_refused(self) -> None:
         strict = Client(enforce_csrf_checks=True)
         assert strict.post(self.url("delete", memory_id=self.dog.id)).status_code == 403
@@ -171,6 +219,46 @@ class EndUserDashboardTestCase(BaseTestCase):
         assert [h["event"] for h in bergen["history"]] == ["ADD", "UPDATE"]
         assert bergen["history"][1]["by"] == "you"
         assert {"created_at", "updated_at", "categories", "metadata", "run_id"} <= set(bergen)
+        # Stored verbatim: the message it was, kept by its ADD row.
+        assert bergen["source_messages"] == [
+            {"role": "user", "content": "Alice lives in Oslo", "used": True}
+        ]
+        assert body["relations"] == []
+
+    def test_the_download_holds_where_each_memory_came_from_and_the_graph(self) -> None:
+        with project_context(self.project.pk):
+            payload = {
+                "messages": [
+                    {"role": "user", "content": "Hi!"},
+                    {"role": "user", "content": "I moved to Lisbon."},
+                ],
+                "scope": {"user_id": "alice", "agent_id": None, "app_id": None, "run_id": None},
+            }
+            event = MemoryEvent.objects.create(
+                project=self.project, payload=payload, user_id="alice"
+            )
+            moved = make_memory(self.project, "Alice lives in Lisbon", user_id="alice")
+            Memory.objects.filter(pk=moved.pk).update(
+                source_event_id=event.id, source_positions=[1]
+            )
+        alice = graph.Scope(user_id="alice")
+        graph.upsert_relation(
+            self.project.pk, "alice", "lives_in", "lisbon", alice, memory_id=moved.id
+        )
+        graph.upsert_relation(self.project.pk, "bob", "likes", "tea", graph.Scope(user_id="bob"))
+        body = json.loads(self.client.get(self.url("download")).content)
+        [lisbon] = [m for m in body["memories"] if m["text"] == "Alice lives in Lisbon"]
+        assert [(m["content"], m["used"]) for m in lisbon["source_messages"]] == [
+            ("Hi!", False),
+            ("I moved to Lisbon.", True),
+        ]
+        [relation] = body["relations"]
+        assert (relation["source"], relation["relationship"], relation["destination"]) == (
+            "alice",
+            "lives_in",
+            "lisbon",
+        )
+        assert relation["valid"] is True and relation["memory_ids"] == [str(moved.id)]
 
     def test_erasure_is_confirmed_then_hides_everything_and_queues_the_erasure(self) -> None:
         confirm = self.client.get(self.url("erase"))
