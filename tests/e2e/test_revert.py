@@ -1,6 +1,7 @@
-"""Undo in the operator dashboard (issue #27), in Chromium on a desktop and a phone: a memory's
-versions with what changed and what caused it, and an add request reverted after a
-confirmation. Screenshots: /tmp/revert-<step>-<viewport>.png."""
+"""Undo in the dashboards (issue #27), in Chromium on a desktop and a phone: on the operator's,
+a memory's versions with what changed and what caused it, and an add request reverted after a
+confirmation; on the end user's, one memory deleted, brought back, then erased for good.
+Screenshots: /tmp/revert-<step>-<viewport>.png."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from playwright.sync_api import Page, ViewportSize, expect
 from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent
+from tenants import links
 from tenants.db import project_context
 from tenants.models import Membership, Project
 from tests.e2e.helpers import DESKTOP, PHONE, Shots, login
-from tests.factory import make_key
+from tests.factory import add_texts, make_key
 
 pytestmark = pytest.mark.browser
 PASSWORD = "a long passphrase"
@@ -80,3 +82,46 @@ def test_versions_and_a_revert_in_the_browser(
     expect(page.get_by_role("link", name="Revert this add request…")).to_have_count(0)
     shot(page, shots, "reverted", viewport)
     assert active(project) == ["I live in Austin."]
+
+
+def open_memory(page: Page, text: str) -> None:
+    """From the end user's list, the page of the memory that says `text`."""
+    item = page.locator("ul.enduser-memories > li", has_text=text).first
+    item.get_by_role("link", name="Where it came from").click()
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_an_end_user_deletes_undoes_and_erases_one_memory(
+    page: Page, shots: Shots, viewport: ViewportSize
+) -> None:
+    key = make_key("acme", "main")
+    project = key.key.project
+    with project_context(project.pk):
+        add_texts(project, ["Plays the cello on Sundays", "Allergic to peanuts"], user_id="alice")
+    token, _ = links.mint(key.key, "alice", 3600)
+    page.set_viewport_size(viewport)
+    page.goto(f"/me/{token}/")
+    open_memory(page, "Allergic to peanuts")
+    page.get_by_role("link", name="Delete this memory…").click()
+    expect(page.get_by_role("heading", name="Delete this memory?")).to_be_visible()
+    expect(page.get_by_text("kept for 30 days")).to_be_visible()
+    shot(page, shots, "enduser-delete", viewport)
+    page.get_by_role("button", name="Delete it").click()
+    expect(page.get_by_text("The memory is deleted.")).to_be_visible()
+    deleted = page.locator("section[aria-labelledby=deleted-h]")
+    expect(deleted).to_contain_text("Allergic to peanuts")
+    shot(page, shots, "enduser-deleted", viewport)
+    assert active(project) == ["Plays the cello on Sundays"]
+
+    deleted.get_by_role("button", name="Undo the delete").click()
+    expect(page.get_by_text("The memory is back.")).to_be_visible()
+    assert sorted(active(project)) == ["Allergic to peanuts", "Plays the cello on Sundays"]
+
+    open_memory(page, "Allergic to peanuts")
+    page.get_by_role("link", name="Delete this memory…").click()
+    page.get_by_role("button", name="Erase it for good now").click()
+    expect(page.get_by_text("The memory is erased for good.")).to_be_visible()
+    expect(page.get_by_text("Allergic to peanuts")).to_have_count(0)
+    shot(page, shots, "enduser-erased", viewport)
+    with project_context(project.pk):
+        assert Memory.objects.filter(text="Allergic to peanuts").count() == 0
