@@ -314,6 +314,30 @@ class MemoryEvent(Scoped):
         return f"{self.status} {self.id}"
 
 
+class UsageDay(models.Model):
+    """What a project's add requests used on one day (UTC), for the requests no longer kept:
+    erased with their user, or purged after the retention period. Counts only, no scope id
+    and no text, so usage totals survive an erasure. Written only by the database, as events
+    are deleted (migration 0024: memory_usageday_fold); memory.queries.usage_per_day adds it
+    to the events still kept."""
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    events = models.BigIntegerField(default=0)
+    calls = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["project", "day"], name="usage_day_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.events}"
+
+
 class ScopeSummary(Scoped):
     """The running summary of one scope's conversation, context for the next extraction.
 

@@ -16,7 +16,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncDate
 
 from audit.models import ErasureRequest
-from memory.models import IdempotentRequest, MemoryEvent, MemoryExport
+from memory.models import IdempotentRequest, MemoryEvent, MemoryExport, UsageDay
 
 
 def idempotent_request(project_id: uuid.UUID, key: str) -> IdempotentRequest | None:
@@ -42,19 +42,27 @@ def _usage_total(key: str) -> Coalesce:
 
 def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, Any]]:
     """Add requests created from `since` and their model usage (MemoryEvent.usage), per day
-    (in the current time zone), newest first: day, events, calls, input_tokens,
-    output_tokens. One GROUP BY query; events without usage (offline, pending) count 0."""
-    rows = (
+    (in the current time zone, UTC), newest first: day, events, calls, input_tokens,
+    output_tokens. The requests no longer kept (erased with their user, purged after the
+    retention period) count through their folded totals (UsageDay), so a day's figures never
+    shrink. Two GROUP BY queries; events without usage (offline, pending) count 0."""
+    keys = ("events", "calls", "input_tokens", "output_tokens")
+    kept = (
         MemoryEvent.objects.filter(project_id=project_id, created_at__gte=since)
         .annotate(day=TruncDate("created_at"))
         .values("day")
         .annotate(
             events=Count("id"),
-            **{key: _usage_total(key) for key in ("calls", "input_tokens", "output_tokens")},
+            **{key: _usage_total(key) for key in keys[1:]},
         )
-        .order_by("-day")
     )
-    return list(rows)
+    days: dict[Any, dict[str, Any]] = {row["day"]: dict(row) for row in kept}
+    folded = UsageDay.objects.filter(project_id=project_id, day__gte=since.date())
+    for row in folded.values("day", *keys):
+        day = days.setdefault(row["day"], {"day": row["day"], **dict.fromkeys(keys, 0)})
+        for key in keys:
+            day[key] += row[key]
+    return sorted(days.values(), key=lambda row: row["day"], reverse=True)
 
 
 def event(project_id: uuid.UUID, event_id: uuid.UUID) -> MemoryEvent | None:

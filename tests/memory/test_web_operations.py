@@ -14,9 +14,9 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
-from memory import graph
+from memory import actions, graph
 from memory.graph import Scope
-from memory.models import Memory, MemoryEvent
+from memory.models import Memory, MemoryEvent, UsageDay
 from memory.web import graph_picture
 from memory.web.operations import NEW_KEYS
 from tenants.db import project_context
@@ -228,6 +228,28 @@ class EventsTestCase(OperationsTestCase):
         assert b">1200<" in response.content and b">345<" in response.content
         assert b"99999" in response.content  # the old event's own row, outside the 30 days
 
+    def test_usage_per_day_survives_the_erasure_of_a_user(self) -> None:
+        self.make_event(0, usage={"calls": 2, "input_tokens": 1200, "output_tokens": 345})
+        self.make_event(
+            0, user_id="bob", usage={"calls": 1, "input_tokens": 100, "output_tokens": 5}
+        )
+        self.make_event(2, usage={"calls": 1, "input_tokens": 10, "output_tokens": 5})
+        before = self.get(self.rita, "events").context
+        days_before, totals_before = before["days"], before["totals"]
+        assert totals_before == {
+            "events": 3,
+            "calls": 4,
+            "input_tokens": 1310,
+            "output_tokens": 355,
+        }
+        actions.do_erase_user(self.alice.key.project, "alice", actor="test")
+        after = self.get(self.rita, "events").context
+        assert after["page"].paginator.count == 1  # only bob's request is still kept
+        assert (after["days"], after["totals"]) == (days_before, totals_before)
+        with project_context(self.project_id):
+            folded = list(UsageDay.objects.values_list("events", "calls", "input_tokens"))
+        assert sorted(folded) == [(1, 1, 10), (1, 2, 1200)]  # counts only, no user id
+
     def test_it_filters_events_by_status_and_user(self) -> None:
         failed = self.make_event(status="FAILED", error="model timed out", attempts=3)
         self.make_event(status="SUCCEEDED")
@@ -250,9 +272,10 @@ class EventsTestCase(OperationsTestCase):
         self.client.force_login(self.rita)
         self.client.get(self.url("events"))  # the connection then knows its tenant setting
         # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
-        # 6 project setting, 7 count of events, 8 usage per day, 9 switcher's projects,
-        # 10 the page of events (read by the template), 11 setting cleared, 12 release.
-        with self.assertNumQueries(12):
+        # 6 project setting, 7 count of events, 8 usage per day of the events kept, 9 of those
+        # erased, 10 switcher's projects, 11 the page of events (read by the template), 12
+        # setting cleared, 13 release.
+        with self.assertNumQueries(13):
             assert self.client.get(self.url("events")).status_code == 200
 
     def test_the_event_page_shows_the_request_escaped_and_links_its_memories(self) -> None:
