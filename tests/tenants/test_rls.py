@@ -19,6 +19,7 @@ from memory.models import (
     MemoryExport,
     MemoryHistory,
     ScopeSummary,
+    UsageDay,
 )
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -65,6 +66,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_idempotentrequest": lambda project_id: IdempotentRequest.objects.create(
         project_id=project_id, key="retry-key-1", body_hash="0" * 64, status=200, response={}
+    ),
+    "memory_usageday": lambda project_id: UsageDay.objects.create(
+        project_id=project_id, day="2026-11-27", events=1
     ),
 }
 
