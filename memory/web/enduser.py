@@ -44,6 +44,7 @@ from memory.actions import Actor
 from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
 from memory.parts import describe
 from memory.text.embeddings import embed_one
+from memory.web.versions import end_user_cause, versions
 from tenants import links
 from tenants.db import project_context
 from tenants.models import Project
@@ -229,13 +230,12 @@ def _changes(rows: list[MemoryHistory]) -> list[dict[str, Any]]:
 def _memory_page(
     request: HttpRequest, me: EndUser, memory: Memory, form: CorrectionForm, status: int = 200
 ) -> HttpResponse:
-    history = queries.histories(me.project_id, [memory.id])[memory.id]
     context = {
         "me": me,
         "memory": memory,
         "form": form,
         "sources": _sources(me, memory),
-        "changes": _changes(history),
+        "versions": versions(me.project_id, memory, described=end_user_cause),
     }
     return render(request, "web/enduser/memory.html", context, status=status)
 

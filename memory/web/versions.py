@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -68,7 +68,11 @@ def word_diff(before: str, after: str) -> list[Piece]:
     return pieces
 
 
+Cause = Callable[[MemoryHistory, dict[uuid.UUID, MemoryEvent]], str]
+
+
 def cause(row: MemoryHistory, events: dict[uuid.UUID, MemoryEvent]) -> str:
+    """What made the change, in the operator's words."""
     kind, _, who = row.actor.partition(":")
     if kind == "extractor":
         event = events.get(row.event_id) if row.event_id else None
@@ -83,8 +87,21 @@ def cause(row: MemoryHistory, events: dict[uuid.UUID, MemoryEvent]) -> str:
     }.get(kind, row.actor)
 
 
-def versions(project_id: uuid.UUID, memory: Memory) -> list[Version]:
-    """Every version of `memory` and of the memories it superseded, newest first."""
+def end_user_cause(row: MemoryHistory, events: dict[uuid.UUID, MemoryEvent]) -> str:
+    """What made the change, in the end user's words (no key prefixes or staff names)."""
+    kind = row.actor.partition(":")[0]
+    return {
+        "extractor": "taken from a conversation automatically",
+        "api": "the application",
+        "user": "support staff",
+        "enduser": "you",
+        "command": "an administrator",
+    }.get(kind, "someone")
+
+
+def versions(project_id: uuid.UUID, memory: Memory, *, described: Cause = cause) -> list[Version]:
+    """Every version of `memory` and of the memories it superseded, newest first; what caused
+    each, as `described` words it."""
     lineage = [*reversed(queries.linked_memory_ids(project_id, [memory.pk])[memory.pk]), memory.pk]
     histories = queries.histories(project_id, lineage)
     rows = [
@@ -95,11 +112,14 @@ def versions(project_id: uuid.UUID, memory: Memory) -> list[Version]:
     ]
     rows.sort(key=lambda row: (row.created_at, str(row.id)))
     events = queries.events_by_id(project_id, {r.event_id for r in rows if r.event_id})
-    return list(reversed(_versions(rows, events, memory)))
+    return list(reversed(_versions(rows, events, memory, described)))
 
 
 def _versions(
-    rows: Sequence[MemoryHistory], events: dict[uuid.UUID, MemoryEvent], memory: Memory
+    rows: Sequence[MemoryHistory],
+    events: dict[uuid.UUID, MemoryEvent],
+    memory: Memory,
+    described: Cause,
 ) -> list[Version]:
     found: list[Version] = []
     before = ""
@@ -115,7 +135,7 @@ def _versions(
                 change=row.event,
                 text=text,
                 pieces=word_diff(before, text) if before else [Piece("same", text)],
-                cause=cause(row, events),
+                cause=described(row, events),
                 event_id=row.event_id,
                 current=False,
             )

@@ -130,6 +130,22 @@ class EndUserDashboardTestCase(BaseTestCase):
             assert page.context["form"].errors
         assert self.memory(self.oslo).text == "Alice lives in Oslo"
 
+    def test_the_memory_page_shows_its_versions_newest_first(self) -> None:
+        self.client.post(
+            self.url("correct", memory_id=self.oslo.id), {"text": "Alice lives in Bergen"}
+        )
+        page = self.client.get(self.url("memory", memory_id=self.oslo.id))
+        found = [(v.text, v.cause, v.current) for v in page.context["versions"]]
+        assert found == [
+            ("Alice lives in Bergen", "you", True),
+            ("Alice lives in Oslo", "someone", False),  # the tests store as "test"
+        ]
+        assert b"<del>Oslo</del><ins>Bergen</ins>" in page.content
+        assert b"Its versions" in page.content
+        # One version only: no list.
+        single = self.client.get(self.url("memory", memory_id=self.tea.id))
+        assert b"Its versions" not in single.content
+
     def test_an_immutable_memory_cannot_be_corrected(self) -> None:
         with project_context(self.project.pk):
             fixed = make_memory(self.project, "Alice was born in 1990", immutable=True)
