@@ -160,7 +160,7 @@ def _undo(
             history.append(_reverted(memory, event, actor, old=memory.text, new=None))
             results.append({"id": str(memory.id), "memory": memory.text, "event": "DELETE"})
         retracted = graph.retract_memories(project_id, [m.pk for m in removed])
-        relations["invalidated"] = [_relation(r) for r in retracted]
+        relations["invalidated"] = [r.reference() for r in retracted]
     restored = [m for m in back if m.state in (Memory.State.SUPERSEDED, Memory.State.DELETED)]
     if restored:
         Memory.objects.filter(pk__in=[m.pk for m in restored]).update(
@@ -170,7 +170,7 @@ def _undo(
             history.append(_reverted(memory, event, actor, old=None, new=memory.text))
             results.append({"id": str(memory.id), "memory": memory.text, "event": "RESTORE"})
         reinstated = graph.reinstate_memories(project_id, [m.pk for m in restored])
-        relations["revalidated"] = [_relation(r) for r in reinstated if r.valid]
+        relations["revalidated"] = [r.reference() for r in reinstated if r.valid]
     MemoryHistory.objects.bulk_create(history)
     return results, relations
 
@@ -188,13 +188,4 @@ def _revalidate(project_id: uuid.UUID, event: MemoryEvent) -> list[dict[str, Any
     ids = [int(r["id"]) for r in (event.graph or {}).get("invalidated", []) if "id" in r]
     if not ids:
         return []
-    return [_relation(r) for r in graph.revalidate_relations(project_id, ids) if r.valid]
-
-
-def _relation(relation: graph.Relation) -> dict[str, Any]:
-    return {
-        "id": relation.id,
-        "source": relation.source,
-        "relationship": relation.relationship,
-        "destination": relation.destination,
-    }
+    return [r.reference() for r in graph.revalidate_relations(project_id, ids) if r.valid]

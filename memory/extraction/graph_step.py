@@ -251,15 +251,6 @@ def record_graph(
         event_id=event.id,
     )
     summary["entities"] = [{"name": e.name, "type": e.type} for e in plan.entities]
-    summary["added"] = [_relation(r) for r in outcome.added]
-    summary["invalidated"] = [_relation(r) for r in outcome.invalidated]
+    summary["added"] = [r.reference() for r in outcome.added]
+    summary["invalidated"] = [r.reference() for r in outcome.invalidated]
     return summary
-
-
-def _relation(relation: graph.Relation) -> dict[str, Any]:
-    return {
-        "id": relation.id,
-        "source": relation.source,
-        "relationship": relation.relationship,
-        "destination": relation.destination,
-    }

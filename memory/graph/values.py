@@ -161,6 +161,15 @@ class Relation:
             invalidated_by=p.get("invalidated_by") or "",
         )
 
+    def reference(self) -> dict[str, Any]:
+        """The edge as an event's record names it (its graph summary, a revert's answer)."""
+        return {
+            "id": self.id,
+            "source": self.source,
+            "relationship": self.relationship,
+            "destination": self.destination,
+        }
+
 
 @dataclass(frozen=True)
 class Traversal:
