@@ -1,8 +1,8 @@
 """Reverting an add request (POST /v1/event/{id}/revert/): what the model did, undone as a whole.
 
 Events are processed as the worker processes them (pipeline.process_event, with the offline
-extractor or the fake Claude), then reverted through the API; the last test runs the real
-worker.
+extractor or the fake Claude), then reverted through the API; the last two run the real
+worker (offline, then with the fake Claude deleting a memory).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from memory.extraction.llm.offline import OfflineExtractor
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants.db import project_context
 from tests.factory import auth, make_key
+from tests.fake_anthropic import FakeClaude
 from tests.memory.test_events import start_worker, stop, wait_for
 from tests.memory.test_pipeline import ExtractionTestCase, decisions, facts
 
@@ -192,3 +193,42 @@ def test_a_revert_through_the_api_with_a_real_worker(committed_db: None, client:
         reverted = MemoryEvent.objects.get(pk=moved)
         assert reverted.reverted_at is not None
         assert Memory.objects.get(text="I work at Globex.").state == "deleted"
+
+
+def test_the_models_delete_reverted_through_the_api_with_a_real_worker(
+    committed_db: None, fake_claude: FakeClaude, client: Any
+) -> None:
+    """The worker applies a model's DELETE and ADD (the fake Claude answers), then the API
+    reverts them: the deleted memory is back, the added one deleted."""
+    fake_claude.script(
+        facts("User just got married"),
+        decisions(
+            {"fact": 0, "event": "DELETE", "id": "0"},
+            {"fact": 0, "event": "ADD", "text": "User is married"},
+        ),
+    )
+    key = make_key("acme", "revert-claude")
+    headers = auth(key.raw)
+    raw = {"messages": "User is single", "user_id": "alice", "infer": False}
+    client.post("/v3/memories/add/", raw, content_type="application/json", headers=headers)
+    body = {"messages": "I just got married", "user_id": "alice"}
+    event_id = client.post(
+        "/v3/memories/add/", body, content_type="application/json", headers=headers
+    ).json()["event_id"]
+
+    def done() -> bool:
+        answer = client.get(f"/v1/event/{event_id}/", headers=headers).json()
+        return bool(answer["status"] == "SUCCEEDED")
+
+    worker = start_worker(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_claude.url)
+    try:
+        assert wait_for(done), f"event {event_id} was not processed"
+    finally:
+        stop(worker)
+    listed = client.get("/v1/memories/?user_id=alice", headers=headers).json()
+    assert [m["memory"] for m in listed] == ["User is married"]
+    answer = client.post(f"/v1/event/{event_id}/revert/", headers=headers)
+    assert answer.status_code == 200, answer.content
+    assert sorted(r["event"] for r in answer.json()["results"]) == ["DELETE", "RESTORE"]
+    listed = client.get("/v1/memories/?user_id=alice", headers=headers).json()
+    assert [m["memory"] for m in listed] == ["User is single"]
