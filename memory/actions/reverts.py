@@ -139,11 +139,15 @@ def _undo(
     """Delete what the event added, then bring back what it superseded or deleted (so that a
     relation both touched is judged against the memories as they end up). The memories
     changed, and the relations invalidated and made valid again on the way."""
-    added = [memories[r.memory_id] for r in rows if r.event == MemoryHistory.Event.ADD]
+    # A memory erased for good since (its row gone) has nothing left to undo.
+    added = [
+        m for r in rows if r.event == MemoryHistory.Event.ADD and (m := memories.get(r.memory_id))
+    ]
     back = [
-        memories[r.memory_id]
+        m
         for r in rows
         if r.event in (MemoryHistory.Event.UPDATE, MemoryHistory.Event.DELETE)
+        and (m := memories.get(r.memory_id))
     ]
     removed = [m for m in added if m.state == Memory.State.ACTIVE]
     for memory in removed:
