@@ -73,7 +73,7 @@ def test_an_end_user_searches_corrects_downloads_and_erases(
     expect(memories.first.locator(".enduser-text")).to_have_text("Plays the cello on Sundays")
     shots(page, "search")
 
-    # Where it came from, then a correction: the history says "you" made it.
+    # Where it came from, then a correction: its versions say "you" made it.
     memories.first.get_by_role("link").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("A memory")
     used = page.locator("ol.enduser-sources > li.used")
@@ -83,9 +83,11 @@ def test_an_end_user_searches_corrects_downloads_and_erases(
     page.get_by_role("button", name="Save the correction").click()
     expect(page.get_by_role("status")).to_contain_text("Your correction is saved.")
     expect(page.locator("blockquote.enduser-text")).to_have_text("Plays the viola on Sundays")
-    change = page.get_by_role("row").filter(has_text="update")
+    # Its versions, newest first: the correction, by "you", with the word it changed.
+    change = page.locator("ol.versions > li.version-current")
     expect(change).to_contain_text("you")
-    expect(change).to_contain_text("Plays the viola on Sundays")
+    expect(change.locator("del")).to_have_text("cello")
+    expect(change.locator("ins")).to_have_text("viola")
     shots(page, "corrected")
     assert texts(project.pk, "alice") == {
         "Plays the viola on Sundays", "Lives in Lisbon near the river", "Allergic to peanuts",
