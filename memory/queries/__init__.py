@@ -10,7 +10,8 @@ This module is the package's interface: callers write `from memory import querie
 
 - core: memories (every read's base), one memory, matching a filter, linked (superseded)
   memories, one scope's memories, the scope ids in use, histories;
-- records: add requests (events) and their usage, exports, Idempotency-Keys, erasure requests;
+- records: add requests (events) and their usage (per day, per user or agent), exports,
+  Idempotency-Keys, erasure requests;
 - relations: the graph reads (graph_edges, paged relations, traversal, a search's relations);
 - dashboard: the dashboards' reads (scope counts, the browser, an end user's own memories,
   where a memory came from);
@@ -41,6 +42,7 @@ from memory.queries.dashboard import (
     ScopeCounts,
     browse_memories,
     memory_in_any_state,
+    memory_texts,
     scope_counts,
     source_messages,
     sources_of,
@@ -59,10 +61,13 @@ from memory.queries.records import (
     export,
     idempotent_request,
     usage_per_day,
+    usage_per_scope,
+    user_usage_per_day,
 )
 from memory.queries.relations import (
     SEARCH_RELATIONS,
     GraphRelations,
+    entity_display_names,
     graph_edges,
     graph_relations,
     graph_traversal,
@@ -79,6 +84,7 @@ __all__ = [
     "active_for_update",
     "browse_memories",
     "entities",
+    "entity_display_names",
     "erasure",
     "event",
     "events",
@@ -97,6 +103,7 @@ __all__ = [
     "matching",
     "memories",
     "memory_in_any_state",
+    "memory_texts",
     "own_names",
     "retention",
     "retention_due",
@@ -107,9 +114,11 @@ __all__ = [
     "source_messages",
     "sources_of",
     "usage_per_day",
+    "usage_per_scope",
     "user_deleted_memories",
     "user_memories",
     "user_memory",
     "user_memory_kept",
     "user_relations",
+    "user_usage_per_day",
 ]

@@ -1,5 +1,6 @@
 """The dashboards' reads (memory.web): scope ids with their counts, the memory browser, a
-memory in any state, one end user's own memories, and where a memory came from.
+memory in any state, memories' texts by id, one end user's own memories, and where a memory
+came from.
 
 May import memory.queries.core, memory.graph (reads), memory.models and Django.
 """
@@ -87,6 +88,15 @@ def memory_in_any_state(project_id: uuid.UUID, memory_id: uuid.UUID) -> Memory |
     """The project's memory, deleted or superseded too (the dashboard shows and restores
     those); None for another project's id."""
     return memories(project_id).light().filter(pk=memory_id).first()
+
+
+def memory_texts(
+    project_id: uuid.UUID, memory_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, str]]:
+    """(text, state) of each of these memories of the project, in any state, in one query;
+    a redacted memory's text is "". Ids not found (another project's) are left out."""
+    rows = memories(project_id).filter(pk__in=set(memory_ids)).values_list("id", "text", "state")
+    return {pk: ("" if state == Memory.State.REDACTED else text, state) for pk, text, state in rows}
 
 
 # --- end-user dashboard (memory/web/enduser.py): one user's own memories --------------------

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db.models import BigIntegerField, Count, QuerySet, Sum
+from django.db.models import BigIntegerField, Count, F, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncDate
 
@@ -25,14 +25,21 @@ def idempotent_request(project_id: uuid.UUID, key: str) -> IdempotentRequest | N
 
 
 def events(
-    project_id: uuid.UUID, status: str | None = None, *, user_id: str | None = None
+    project_id: uuid.UUID,
+    status: str | None = None,
+    *,
+    user_id: str | None = None,
+    agent_id: str | None = None,
 ) -> QuerySet[MemoryEvent]:
-    """The project's add requests, newest first, optionally of one status and one user."""
+    """The project's add requests, newest first, optionally of one status, one user and one
+    agent."""
     found = MemoryEvent.objects.filter(project_id=project_id)
     if status:
         found = found.filter(status=status)
     if user_id:
         found = found.filter(user_id=user_id)
+    if agent_id:
+        found = found.filter(agent_id=agent_id)
     return found.order_by("-created_at", "-id")
 
 
@@ -63,6 +70,57 @@ def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, A
         for key in keys:
             day[key] += row[key]
     return sorted(days.values(), key=lambda row: row["day"], reverse=True)
+
+
+# The scope ids usage is summed by (usage_per_scope), by kind.
+USAGE_SCOPES = {"user": "user_id", "agent": "agent_id"}
+
+
+def _usage_sums() -> dict[str, Any]:
+    return {
+        "events": Count("id"),
+        "calls": _usage_total("calls"),
+        "input_tokens": _usage_total("input_tokens"),
+        "output_tokens": _usage_total("output_tokens"),
+    }
+
+
+def usage_per_scope(
+    project_id: uuid.UUID, kind: str, *, since: datetime, limit: int
+) -> list[dict[str, Any]]:
+    """The `limit` users (kind "user") or agents ("agent") whose add requests created from
+    `since` used the most tokens (input + output), then by id: scope_id, events, calls,
+    input_tokens, output_tokens, tokens. Only the requests still kept, with that id set: an
+    erased user's requests are gone with them, by design (their usage survives only in the
+    per-day totals, UsageDay, without any user id). One GROUP BY statement."""
+    field = USAGE_SCOPES[kind]
+    rows = (
+        MemoryEvent.objects.filter(
+            project_id=project_id, created_at__gte=since, **{f"{field}__isnull": False}
+        )
+        .values(field)
+        .annotate(**_usage_sums())
+        .annotate(tokens=F("input_tokens") + F("output_tokens"))
+        .order_by("-tokens", field)[:limit]
+    )
+    return [{"scope_id": row.pop(field), **row} for row in rows]
+
+
+def user_usage_per_day(
+    project_id: uuid.UUID, user_id: str, *, since: datetime, limit: int
+) -> list[dict[str, Any]]:
+    """One user's add requests created from `since` and their model usage, per day (current
+    time zone, UTC), newest first, at most `limit` days: day, events, calls, input_tokens,
+    output_tokens. The requests kept only (an erased user has none). One GROUP BY statement,
+    on the index of a user's requests (event_user_scope)."""
+    rows = (
+        MemoryEvent.objects.filter(project_id=project_id, user_id=user_id, created_at__gte=since)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(**_usage_sums())
+        .order_by("-day")[:limit]
+    )
+    return list(rows)
 
 
 def event(project_id: uuid.UUID, event_id: uuid.UUID) -> MemoryEvent | None:

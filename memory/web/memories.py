@@ -30,12 +30,14 @@ from memory import search as searching
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
 from memory.text.query import Query
 from memory.web.common import Dashboard, operator_page
+from memory.web.operations import USAGE_DAYS, usage_since
 from memory.web.versions import versions
 from tenants.db import project_context
 
 PAGE_SIZE = 25
 SEARCH_RESULTS = 50
 SCOPES_SHOWN = 25  # per kind on the project page: the top ids by count, narrowed by a filter
+TOP_SPENDERS = 5  # users on the project page, the most tokens of the last USAGE_DAYS first
 QUERY_MAX_LENGTH = 4000  # as the API's search query
 STATES = {
     "active": Memory.State.ACTIVE,
@@ -153,14 +155,25 @@ class MemoryEditForm(forms.Form):
 @operator_page()
 def project(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     """The project's users, agents, apps and runs, with their active memories: the top ids by
-    count of each kind, narrowed by the filter box."""
+    count of each kind, narrowed by the filter box; and the users who used the most tokens in
+    the last 30 days (the top spenders)."""
     contains = request.GET.get("find", "")[:SCOPE_MAX_LENGTH]
     counts = queries.scope_counts(dash.project.pk, contains=contains, limit=SCOPES_SHOWN)
     kinds = [
         {"kind": kind, "label": KIND_LABELS[kind], "field": field, "counts": counts[kind]}
         for kind, field in queries.ENTITY_TYPES.items()
     ]
-    context = {"section": "scopes", "kinds": kinds, "find": contains, "shown": SCOPES_SHOWN}
+    spenders = queries.usage_per_scope(
+        dash.project.pk, "user", since=usage_since(), limit=TOP_SPENDERS
+    )
+    context = {
+        "section": "scopes",
+        "kinds": kinds,
+        "find": contains,
+        "shown": SCOPES_SHOWN,
+        "spenders": spenders,
+        "usage_days": USAGE_DAYS,
+    }
     return render(request, "web/operator/project.html", context)
 
 

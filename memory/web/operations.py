@@ -24,6 +24,7 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from memory import actions, graph, queries
@@ -37,11 +38,13 @@ from tenants.models import ApiKey
 EVENTS_PER_PAGE = 25
 USAGE_DAYS = 30
 USAGE_KEYS = ("events", "calls", "input_tokens", "output_tokens")
+USAGE_SCOPES_SHOWN = 25  # users and agents in the usage tables, the most tokens first
 RELATIONS_PER_PAGE = 50
 # The picture reads at most one API page of relations (graph.MAX_LIMIT) and draws the
 # graph_picture.MAX_NODES entities with most relations among them.
 PICTURE_RELATIONS = graph.MAX_LIMIT
 SCOPE_CHOICES = 25
+ENTITY_MAX_LENGTH = 1000  # a focused entity's name, as the API's traverse takes it
 
 
 # -- events and model usage ----------------------------------------------------------------
@@ -50,6 +53,7 @@ SCOPE_CHOICES = 25
 class EventFilterForm(forms.Form):
     status = forms.ChoiceField(choices=[("", "Any"), *MemoryEvent.Status.choices], required=False)
     user_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="User id")
+    agent_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="Agent id")
 
 
 def usage_since(days: int = USAGE_DAYS) -> datetime:
@@ -60,14 +64,30 @@ def usage_since(days: int = USAGE_DAYS) -> datetime:
 
 @operator_page()
 def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
+    """The add requests, 25 a page; the model usage of the last 30 days per day, per user and
+    per agent; filtered by a user, that user's usage per day."""
     form = EventFilterForm(request.GET)
     wanted = form.cleaned_data if form.is_valid() else {}
+    user_id = wanted.get("user_id") or None
     found = queries.events(
-        dash.project.pk, wanted.get("status") or None, user_id=wanted.get("user_id") or None
+        dash.project.pk,
+        wanted.get("status") or None,
+        user_id=user_id,
+        agent_id=wanted.get("agent_id") or None,
     ).defer("payload", "results", "graph")  # the list shows none of them
     page = Paginator(found, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
-    days = queries.usage_per_day(dash.project.pk, since=usage_since())
+    since = usage_since()
+    days = queries.usage_per_day(dash.project.pk, since=since)
     totals = {key: sum(day[key] for day in days) for key in USAGE_KEYS}
+    per_scope = {
+        kind: queries.usage_per_scope(dash.project.pk, kind, since=since, limit=USAGE_SCOPES_SHOWN)
+        for kind in ("user", "agent")
+    }
+    user_days: list[dict[str, Any]] = []
+    if user_id:
+        user_days = queries.user_usage_per_day(
+            dash.project.pk, user_id, since=since, limit=USAGE_DAYS
+        )
     context = {
         "section": "events",
         "form": form,
@@ -75,6 +95,12 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "days": days,
         "totals": totals,
         "usage_days": USAGE_DAYS,
+        "users": per_scope["user"],
+        "agents": per_scope["agent"],
+        "usage_shown": USAGE_SCOPES_SHOWN,
+        "user_id": user_id,
+        "user_days": user_days,
+        "user_totals": {key: sum(day[key] for day in user_days) for key in USAGE_KEYS},
         # What extracts new requests as this server is configured (the worker reads the same
         # settings): Claude with its model, or the offline extractor without a key.
         "model": settings.ENGRAM_LLM_MODEL if settings.ANTHROPIC_API_KEY else "",
@@ -244,6 +270,9 @@ def key_revoke(request: HttpRequest, dash: Dashboard, key_id: uuid.UUID) -> Http
 class ScopeForm(forms.Form):
     user_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="User id")
     agent_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="Agent id")
+    ended = forms.BooleanField(required=False, label="Include ended relations")
+    # The entity the page is focused on (its node's link sets it); kept by the form's Show.
+    entity = forms.CharField(max_length=ENTITY_MAX_LENGTH, required=False, widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -252,51 +281,101 @@ class ScopeForm(forms.Form):
         return data
 
 
-def _relation_rows(relations: list[graph.Relation]) -> list[dict[str, Any]]:
+def _moment(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+def _relation_rows(
+    project_id: uuid.UUID, relations: list[graph.Relation], names: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The table's rows: each relation with its ends' display names, since / until, and the
+    memories behind it (text and state; their texts read in one query)."""
+    ids = {
+        rel.id: [m for m in map(_memory_id, rel.memory_ids) if m is not None] for rel in relations
+    }
+    texts = queries.memory_texts(project_id, [m for found in ids.values() for m in found])
     rows = []
     for rel in relations:
-        try:
-            since: datetime | None = datetime.fromisoformat(rel.created_at)
-        except ValueError:
-            since = None
+        memories = [
+            {"id": m, "text": texts[m][0], "state": texts[m][1]} if m in texts else {"id": m}
+            for m in ids[rel.id]
+        ]
         rows.append(
             {
                 "relation": rel,
-                "since": since,
-                "memory_ids": [m for m in map(_memory_id, rel.memory_ids) if m is not None],
+                "source": names.get(rel.source) or rel.source,
+                "destination": names.get(rel.destination) or rel.destination,
+                "since": _moment(rel.created_at),
+                "until": _moment(rel.invalidated_at),
+                "memories": memories,
             }
         )
     return rows
 
 
+def _display_names(project_id: uuid.UUID, relations: list[graph.Relation]) -> dict[str, str]:
+    """Each normalised name of these relations' ends with its display name (one query). The
+    page reads one exact scope, where a name is one entity."""
+    by_id = queries.entity_display_names(
+        project_id, [i for rel in relations for i in (rel.source_id, rel.destination_id)]
+    )
+    names: dict[str, str] = {}
+    for rel in relations:
+        for name, vertex in ((rel.source, rel.source_id), (rel.destination, rel.destination_id)):
+            if vertex in by_id:
+                names.setdefault(name, by_id[vertex])
+    return names
+
+
 @operator_page()
 def graph_view(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    """A scope's entities and valid relations: a picture (SVG) and a table. A scope is the
-    user id and/or agent id given; the other ids unset, as the API's GET /v1/graph/ reads."""
+    """A scope's entities and relations (valid ones; ended ones too when asked): a picture
+    (SVG) and a table. A scope is the user id and/or agent id given; the other ids unset, as
+    the API's GET /v1/graph/ reads. With `entity`, the page is focused on that entity: its
+    relations both ways (as the API's traverse, depth 1) and the memories behind them."""
     form = ScopeForm(request.GET) if request.GET else ScopeForm()
     context: dict[str, Any] = {"section": "graph", "form": form}
     if form.is_bound and form.is_valid():
-        scope = {k: v for k, v in form.cleaned_data.items() if v}
+        data = form.cleaned_data
+        scope = {k: data[k] for k in ("user_id", "agent_id") if data[k]}
+        focus = graph.normalise_name(data["entity"] or "")
         try:
-            edges = queries.graph_edges(dash.project.pk, scope)
+            edges = queries.graph_edges(dash.project.pk, scope, include_invalid=data["ended"])
         except FilterError as exc:
             form.add_error(None, str(exc))
         else:
-            relations = queries.graph_relations(dash.project.pk, edges)
-            # GraphRelations counts and slices in the database, as a paginator wants (the
-            # stubs know only sequences and querysets).
-            paginator: Paginator[graph.Relation] = Paginator(
-                relations,  # type: ignore[arg-type]
-                RELATIONS_PER_PAGE,
-            )
+            relations: Any  # the paginator's sequence: a list, or counted in the database
+            if focus:
+                found = queries.graph_traversal(
+                    dash.project.pk, edges, focus, depth=1, limit=graph.MAX_LIMIT
+                )
+                names = {n.name: n.display_name for n in found.nodes}
+                relations = drawn = found.relations
+            else:
+                # GraphRelations counts and slices in the database, as a paginator wants (the
+                # stubs know only sequences and querysets).
+                relations = queries.graph_relations(dash.project.pk, edges)
+                drawn = relations[0:PICTURE_RELATIONS]
+            paginator: Paginator[graph.Relation] = Paginator(relations, RELATIONS_PER_PAGE)
             page: Page[graph.Relation] = paginator.get_page(request.GET.get("page"))
-            drawn = relations[0:PICTURE_RELATIONS]
+            rows = list(page.object_list)
+            if not focus:
+                names = _display_names(dash.project.pk, [*drawn, *rows])
+            query = {**scope, **({"ended": "on"} if data["ended"] else {})}
             context |= {
                 "scope": scope,
+                "focus": focus,
+                "focus_name": names.get(focus) or data["entity"],
+                "ended": data["ended"],
                 "page": page,
-                "rows": _relation_rows(list(page.object_list)),
-                "picture": graph_picture.picture(drawn),
+                "rows": _relation_rows(dash.project.pk, rows, names),
+                "picture": graph_picture.picture(drawn, names=names, focus=focus),
                 "drawn_relations": len(drawn),
+                # The scope's query string (what the nodes' links and the pages keep).
+                "scope_query": urlencode(query),
             }
     if "scope" not in context:
         context["users"] = queries.scope_counts(dash.project.pk, limit=SCOPE_CHOICES)["user"]

@@ -187,7 +187,7 @@ class DisplayTestCase(TestCase):
             with self.subTest(url=url):
                 self.assert_isolated(self.client.get(url))
         drawn = self.client.get(pages[-1]).content.decode()
-        assert f'<td dir="auto">{FILE.lower()}</td>' in drawn  # the relation is listed
+        assert f"<bdi>{FILE}</bdi></a></td>" in drawn  # the relation is listed (a link)
 
     def test_every_end_user_page_isolates_user_strings(self) -> None:
         token, _ = links.mint(self.key.key, EVIL, 600)

@@ -4,6 +4,7 @@ test client against the real database and AGE graph."""
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from datetime import timedelta
@@ -11,6 +12,8 @@ from typing import Any, ClassVar
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -224,9 +227,10 @@ class EventsTestCase(OperationsTestCase):
         assert response.context["totals"] == totals
         assert response.context["page"].paginator.count == 5  # the list keeps every event
         footer = re.search(rb"<tfoot>.*?</tfoot>", response.content, re.DOTALL)
-        assert footer is not None and all(str(v).encode() in footer[0] for v in totals.values())
-        assert b">1200<" in response.content and b">345<" in response.content
-        assert b"99999" in response.content  # the old event's own row, outside the 30 days
+        assert footer is not None  # each total, grouped for reading
+        assert all(f"{v:,}".encode() in footer[0] for v in totals.values())
+        assert b">1,200<" in response.content and b">345<" in response.content
+        assert b"99,999" in response.content  # the old event's own row, outside the 30 days
 
     def test_usage_per_day_survives_the_erasure_of_a_user(self) -> None:
         self.make_event(0, usage={"calls": 2, "input_tokens": 1200, "output_tokens": 345})
@@ -273,10 +277,113 @@ class EventsTestCase(OperationsTestCase):
         self.client.get(self.url("events"))  # the connection then knows its tenant setting
         # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
         # 6 project setting, 7 count of events, 8 usage per day of the events kept, 9 of those
-        # erased, 10 switcher's projects, 11 the page of events (read by the template), 12
-        # setting cleared, 13 release.
-        with self.assertNumQueries(13):
+        # erased, 10 usage per user (one GROUP BY, LIMIT 25), 11 usage per agent (the same),
+        # 12 switcher's projects, 13 the page of events (read by the template), 14 setting
+        # cleared, 15 release.
+        with self.assertNumQueries(15):
             assert self.client.get(self.url("events")).status_code == 200
+        # Filtered by a user: ... 12 that user's usage per day (one GROUP BY, LIMIT 30), 13
+        # switcher's projects, 14 the page, 15 setting cleared, 16 release.
+        with self.assertNumQueries(16):
+            assert self.client.get(self.url("events"), {"user_id": "alice"}).status_code == 200
+
+    def usage_fixture(self) -> None:
+        """Alice spends most, then Bob with two agents; an agent without a user; what must not
+        count: another project's alice, and alice 45 days ago."""
+
+        def spent(calls: int, tokens_in: int, tokens_out: int) -> dict[str, int]:
+            return {"calls": calls, "input_tokens": tokens_in, "output_tokens": tokens_out}
+
+        self.make_event(0, agent_id="tutor", usage=spent(2, 1200, 345))
+        self.make_event(3, agent_id="tutor", usage=spent(3, 800, 55))
+        self.make_event(3)  # pending: a request with no usage yet, counted with 0 tokens
+        self.make_event(1, user_id="bob", agent_id="tutor", usage=spent(1, 500, 50))
+        self.make_event(0, user_id="bob", agent_id="coach", usage=spent(1, 90, 10))
+        self.make_event(0, user_id=None, agent_id="cron", usage=spent(4, 40, 4))
+        self.make_event(0, user_id=HOSTILE, usage=spent(1, 1, 1))
+        self.make_event(45, usage=spent(9, 99999, 9))
+        charlies = self.charlie.key.project
+        self.make_event(0, project=charlies, agent_id="tutor", usage=spent(7, 77777, 7))
+
+    @staticmethod
+    def sums(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        keys = ("scope_id", "events", "calls", "input_tokens", "output_tokens")
+        return [tuple(row[key] for key in keys) for row in rows]
+
+    def test_it_sums_usage_per_user_and_per_agent_of_the_last_30_days(self) -> None:
+        self.usage_fixture()
+        response = self.get(self.rita, "events")
+        assert self.sums(response.context["users"]) == [
+            ("alice", 3, 5, 2000, 400),  # not the 45-day-old request, nor charlie's project's
+            ("bob", 2, 2, 590, 60),
+            (HOSTILE, 1, 1, 1, 1),
+        ]  # the request without a user id is in no row
+        assert self.sums(response.context["agents"]) == [
+            ("tutor", 3, 6, 2500, 450),
+            ("coach", 1, 1, 90, 10),
+            ("cron", 1, 4, 40, 4),
+        ]
+        content = response.content.decode()
+        events_url = self.url("events")
+        for field, value in (("user_id", "alice"), ("user_id", "bob"), ("agent_id", "tutor")):
+            link = f'<a href="{events_url}?{field}={value}"><code><bdi>{value}</bdi></code></a>'
+            assert link in content
+        hostile = "%3Cscript%3Ealert%281%29%3C%2Fscript%3E"
+        assert f'?user_id={hostile}"><code><bdi>{ESCAPED}</bdi></code></a>' in content
+        assert HOSTILE not in content
+        # Numbers for reading (alice's 2,000 input tokens), in their own table.
+        users = re.search(r'id="usage-users-title".*?</table>', content, re.DOTALL)
+        assert users is not None and '<td class="num">2,000</td>' in users[0]
+        assert "77777" not in content and "77,777" not in content  # charlie's project's
+
+    def test_a_users_events_show_their_usage_per_day(self) -> None:
+        self.usage_fixture()
+        response = self.get(self.rita, "events", {"user_id": "alice"})
+        three_days_ago = timezone.localdate() - timedelta(days=3)
+        days = [(d["day"], d["events"], d["calls"], d["input_tokens"], d["output_tokens"])
+                for d in response.context["user_days"]]  # fmt: skip
+        assert days == [(timezone.localdate(), 1, 2, 1200, 345), (three_days_ago, 2, 3, 800, 55)]
+        assert response.context["user_totals"] == {
+            "events": 3, "calls": 5, "input_tokens": 2000, "output_tokens": 400,
+        }  # fmt: skip
+        content = response.content.decode()
+        assert "Model usage of user <code><bdi>alice</bdi></code> per day" in content
+        assert '<td class="num">1,200</td>' in content
+        # Unfiltered, no such table; filtered by a user without requests, an empty one.
+        unfiltered = self.get(self.rita, "events")
+        assert unfiltered.context["user_days"] == []
+        assert b"user-usage-title" not in unfiltered.content
+        response = self.get(self.rita, "events", {"user_id": "nobody"})
+        assert response.context["user_days"] == []
+        assert b"No add requests of this user kept" in response.content
+        # The agent's filter, which its usage row links to.
+        found = self.get(self.rita, "events", {"agent_id": "coach"}).context["page"].object_list
+        assert [(e.user_id, e.agent_id) for e in found] == [("bob", "coach")]
+
+    def test_the_project_page_lists_the_top_five_spenders(self) -> None:
+        self.usage_fixture()
+        for n in range(4):  # 7 users in all: the 5 with the most tokens are listed
+            usage = {"calls": 1, "input_tokens": 100 * (n + 1), "output_tokens": 0}
+            self.make_event(2, user_id=f"user-{n}", usage=usage)
+        response = self.get(self.rita, "project")
+        assert self.sums(response.context["spenders"]) == [
+            ("alice", 3, 5, 2000, 400),
+            ("bob", 2, 2, 590, 60),
+            ("user-3", 1, 1, 400, 0),
+            ("user-2", 1, 1, 300, 0),
+            ("user-1", 1, 1, 200, 0),
+        ]
+        content = response.content.decode()
+        assert "Top spenders, last 30 days" in content
+        events_url = self.url("events")
+        assert f'<a href="{events_url}?user_id=alice"><code><bdi>alice</bdi></code></a>' in content
+        assert '<td class="num">2,000</td>' in content
+        assert "user-0" not in content and "77,777" not in content
+        # In another project, none of these.
+        self.client.force_login(self.oscar)
+        other = reverse("web:project", kwargs={"project_id": self.charlie.key.project_id})
+        [charlies] = self.client.get(other).context["spenders"]
+        assert (charlies["scope_id"], charlies["input_tokens"]) == ("alice", 77777)
 
     def test_the_event_page_shows_the_request_escaped_and_links_its_memories(self) -> None:
         with project_context(self.project_id):
@@ -344,14 +451,15 @@ class GraphTestCase(OperationsTestCase):
         assert response.status_code == 200
         svg = re.search(rb"<svg.*?</svg>", response.content, re.DOTALL)
         assert svg is not None
-        assert b'role="img"' in svg[0] and b'aria-labelledby="graph-title graph-desc"' in svg[0]
-        for name in (b"alice", b"tea", b"acme"):
-            assert b">" + name + b"<" in svg[0], name
-        # The label is shortened; the title has the whole name, isolated (U+2068 ... U+2069).
+        assert b'aria-labelledby="graph-title graph-desc"' in svg[0]
+        # Display names (capitals kept), isolated (U+2068 ... U+2069).
+        for name in (b"Alice", b"Tea", b"Acme"):
+            assert b">&#x2068;" + name + b"&#x2069;<" in svg[0], name
+        # The label is shortened; the title has the whole name, isolated.
         title = f">&#x2068;{ESCAPED}&#x2069; (1 relation)</title>"
         assert title.encode() in svg[0]
         assert HOSTILE.encode() not in response.content
-        assert b"java" not in response.content  # invalidated
+        assert b"java" not in response.content.lower()  # ended: not asked for
         assert b"coffee" not in response.content and b"secret" not in response.content
         rows = [
             (r["relation"].source, r["relation"].relationship, r["relation"].destination)
@@ -362,11 +470,72 @@ class GraphTestCase(OperationsTestCase):
             ("alice", "works_at", "acme"),
             ("alice", "knows", HOSTILE.lower()),
         ]
+        assert [(r["source"], r["destination"]) for r in response.context["rows"]] == [
+            ("Alice", "Tea"),
+            ("Alice", "Acme"),
+            ("Alice", HOSTILE),
+        ]
+        # Each relation's memories by their text, linked to the memory's page.
         tea_url = reverse(
             "web:memory",
             kwargs={"project_id": self.project_id, "memory_id": self.memories["tea"].pk},
         )
-        assert tea_url.encode() in response.content
+        link = f'<a href="{tea_url}"><bdi>Alice likes tea</bdi></a>'
+        assert link.encode() in response.content
+        assert b"memory 1" not in response.content
+        # Each node links to the page focused on it.
+        focus = self.url("graph") + "?user_id=alice&amp;entity=acme"
+        assert f'href="{focus}"'.encode() in svg[0]
+
+    def test_the_page_reads_names_and_memory_texts_in_one_query_each(self) -> None:
+        self.client.force_login(self.rita)
+        self.client.get(self.url("graph"), {"user_id": "alice"})  # warm up (session, graph)
+        with CaptureQueriesContext(connection) as queries:
+            response = self.client.get(self.url("graph"), {"user_id": "alice"})
+        assert response.status_code == 200
+        sql = [q["sql"] for q in queries.captured_queries]
+        assert sum('"memory_memory"' in q and '"memory_memory"."text"' in q for q in sql) == 1
+        assert sum("agtype_out(n.properties)" in q for q in sql) == 1
+
+    def test_focused_on_an_entity_it_shows_its_relations_both_ways(self) -> None:
+        project, alice = self.project_id, Scope(user_id="alice")
+        graph.upsert_relation(project, "Dana", "employs", "Alice", alice)
+        response = self.get(self.rita, "graph", {"user_id": "alice", "entity": "ACME"})
+        assert response.status_code == 200
+        assert response.context["focus"] == "acme"
+        assert [(r["source"], r["destination"]) for r in response.context["rows"]] == [
+            ("Alice", "Acme")
+        ]
+        assert b"<h1>Graph: <bdi>Acme</bdi></h1>" in response.content
+        assert b"Alice works at Acme" in response.content
+        picture = response.context["picture"]
+        assert [(n.name, n.focus) for n in picture.nodes] == [("acme", True), ("alice", False)]
+        back = self.url("graph") + "?user_id=alice"
+        assert f'<a href="{back}">← The whole scope</a>'.encode() in response.content
+        # Both directions: Alice is the source of four and the destination of one.
+        response = self.get(self.rita, "graph", {"user_id": "alice", "entity": "alice"})
+        pairs = {(r["source"], r["destination"]) for r in response.context["rows"]}
+        assert ("Dana", "Alice") in pairs and ("Alice", "Tea") in pairs and len(pairs) == 4
+        # An entity the scope does not have, or a blank one.
+        response = self.get(self.rita, "graph", {"user_id": "alice", "entity": "nobody"})
+        assert (
+            response.status_code == 200 and b"No relation of <bdi>nobody</bdi>" in response.content
+        )
+        response = self.get(self.rita, "graph", {"user_id": "alice", "entity": "   "})
+        assert response.status_code == 200 and response.context["focus"] == ""
+
+    def test_ended_relations_are_shown_when_asked(self) -> None:
+        response = self.get(self.rita, "graph", {"user_id": "alice", "ended": "on"})
+        assert response.status_code == 200
+        java = [r for r in response.context["rows"] if r["relation"].destination == "java"]
+        assert len(java) == 1 and java[0]["until"] is not None and java[0]["destination"] == "Java"
+        assert b'<tr class="relation-ended">' in response.content
+        assert b'<th scope="col">Until</th>' in response.content
+        edges = [e for e in response.context["picture"].edges if e.destination == "java"]
+        assert len(edges) == 1 and edges[0].ended
+        assert b'class="graph-edge graph-edge-ended"' in response.content
+        # The nodes' links keep the choice.
+        assert b"?user_id=alice&amp;ended=on&amp;entity=java" in response.content
 
     def test_an_empty_scope_or_graph_says_so(self) -> None:
         response = self.get(self.rita, "graph", {"user_id": "nobody"})
@@ -421,10 +590,62 @@ class GraphTestCase(OperationsTestCase):
         for node in picture.nodes:
             assert 0 <= float(node.x) <= picture.width and 0 <= float(node.y) <= picture.height
 
+    def test_the_pictures_labels_do_not_overlap_and_keep_capitals(self) -> None:
+        names = {f"person {i:02}": f"Person {i:02} of Lisbon" for i in range(30)}
+        rels = [self.relation(f"person {i:02}", f"person {(i * 7 + 3) % 30:02}") for i in range(30)]
+        rels += [self.relation("person 00", f"person {i:02}") for i in range(1, 12)]
+        rels.append(self.relation("person 01", "person 02", valid=False))
+        picture = graph_picture.picture(rels, names=names, focus="person 05")
+        assert picture == graph_picture.picture(rels, names=names, focus="person 05")
+        assert picture.nodes[0].name == "person 05" and picture.nodes[0].focus
+        assert picture.focus == "person 05" and picture.width <= graph_picture.MAX_WIDTH
+        assert {n.display for n in picture.nodes} == set(names.values())
+        boxes = [
+            graph_picture._text_box(
+                float(n.label_x),
+                float(n.label_y) - graph_picture.NODE_FONT * 0.35,
+                n.label,
+                graph_picture.NODE_FONT,
+                graph_picture.NODE_CHAR,
+            )
+            for n in picture.nodes
+        ] + [
+            graph_picture._text_box(
+                float(e.label_x),
+                float(e.label_y) - graph_picture.EDGE_FONT * 0.35,
+                e.label,
+                graph_picture.EDGE_FONT,
+                graph_picture.EDGE_CHAR,
+            )
+            for e in picture.edges
+            if e.label
+        ]
+        overlaps = [
+            (a, b)
+            for i, a in enumerate(boxes)
+            for b in boxes[i + 1 :]
+            if graph_picture._overlap(a, b)
+        ]
+        assert not overlaps
+        for box in boxes:
+            assert (
+                box[0] >= 0 and box[2] <= picture.width and box[1] >= 0 and box[3] <= picture.height
+            )
+        assert sum(bool(e.label) for e in picture.edges) >= len(picture.edges) * 0.6
+        # A node at least SEPARATION from any other.
+        points = [(float(n.x), float(n.y)) for n in picture.nodes]
+        closest = min(math.dist(a, b) for i, a in enumerate(points) for b in points[i + 1 :])
+        assert closest >= graph_picture.SEPARATION - 1
+        # The ended relation: its own arrow, marked.
+        [ended] = [
+            e for e in picture.edges if (e.source, e.destination) == ("person 01", "person 02")
+        ]
+        assert ended.ended and "(ended)" in ended.title
+
     @staticmethod
-    def relation(source: str, destination: str) -> graph.Relation:
+    def relation(source: str, destination: str, *, valid: bool = True) -> graph.Relation:
         return graph.Relation(
-            id=0, source=source, relationship="links", destination=destination, valid=True,
+            id=0, source=source, relationship="links", destination=destination, valid=valid,
             created_at="", invalidated_at=None, memory_ids=[], event_id=None,
             scope={"user_id": "u"}, source_id=0, destination_id=0,
         )  # fmt: skip
