@@ -31,6 +31,7 @@ from config.exceptions import (
     database_unavailable,
     json_server_error,
 )
+from memory.extraction.broker import SEND_BUDGET_SECONDS
 from tests.faults.db_cluster import APP, PG_BIN, PrivateCluster, Server, private_stack
 
 # A request that takes longer than this counts as a hang (connect_timeout is 5 s).
@@ -258,14 +259,20 @@ def assert_unavailable_replies(outcomes: Outcomes) -> None:
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_postgres_restart_while_clients_add_and_search(stack: Stack, mode: str) -> None:
     """`pg_ctl stop -m fast` (clean shutdown) or `-m immediate` (a crash: recovery replays
-    the WAL), two seconds down, then started again, with clients running throughout."""
+    the WAL), down for longer than an add's queue send may wait after its commit, then started
+    again, with clients running throughout.
+
+    The outage outlasts SEND_BUDGET_SECONDS: an add that committed just before the stop may
+    hold its web worker that long while its entity-linking send gives up (it still answers
+    200), and with both workers so held the other clients' requests wait in the queue; only
+    after that must the requests made while the database is down be refused."""
     outcomes, stop = Outcomes(), threading.Event()
     threads = run_clients(stack, outcomes, stop)
     try:
         assert wait_for_success(outcomes, after=0), "no success before the fault"
         stack.cluster.stop(mode)
         down = time.monotonic()
-        time.sleep(2)
+        time.sleep(SEND_BUDGET_SECONDS + 2)
         stack.cluster.start()
         back = time.monotonic()
         recovered = wait_for_success(outcomes, after=back)
