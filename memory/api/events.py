@@ -115,10 +115,10 @@ def revert_event(request: Request, event_id: uuid.UUID) -> Response:
     answers what the first did."""
     try:
         with tenant(request) as project:
-            if queries.event(project, event_id) is None:
-                raise NotFound()
             reversal = actions.do_revert_event(project, event_id, actor=actor(request))
             note_access(request, result_count=len(reversal["results"]))
+    except MemoryEvent.DoesNotExist:
+        raise NotFound() from None
     except actions.RevertConflictError as refused:
         body = {"detail": refused.detail, "conflicts": refused.conflicts}
         return Response(body, status=status.HTTP_409_CONFLICT)

@@ -69,6 +69,7 @@ from memory.graph.filtered import (
 )
 from memory.graph.mentions import MAX_KNOWN_NAMES, link_mentions
 from memory.graph.reads import (
+    entities_by_id,
     find_entity,
     memory_ids_for_entities,
     relations,
@@ -120,6 +121,7 @@ __all__ = [
     "count_relations_in",
     "embed_entity_names",
     "ensure_graph",
+    "entities_by_id",
     "find_entity",
     "graph_name",
     "invalidate_relations",

@@ -1,6 +1,7 @@
 """Reads of one exact scope (its key): what the extraction pipeline and the writes read.
 
-Owns: an entity by name (find_entity; every upsert looks it up first), a scope's relations
+Owns: an entity by name (find_entity; every upsert looks it up first), entities by id
+(entities_by_id), a scope's relations
 (relations, paged), the relations touching some entities (relations_touching: what a new fact
 may contradict), traversal from an entity (traverse: one indexed query per hop), and the
 memories linked to entities (memory_ids_for_entities, from MemoryEntity). Of engram, may import
@@ -28,6 +29,7 @@ from memory.graph.age import (
     ensure_graph,
 )
 from memory.graph.statements import (
+    _ENTITIES_BY_ID,
     _ENTITIES_BY_NAMES,
     _ENTITY_BY_NAME,
     _LIST_RELATIONS,
@@ -61,6 +63,18 @@ def find_entity(project: ProjectId, scope: Scope, name: str) -> Entity | None:
     with project_context(project):
         graph = ensure_graph(project)
         return _find_entity(graph, scope, _entity_name(name))
+
+
+def entities_by_id(project: ProjectId, ids: Iterable[int]) -> dict[int, Entity]:
+    """The project's entities among these vertex ids (Relation.source_id, .destination_id),
+    by id, in one statement; ids not found are left out."""
+    wanted = sorted({int(i) for i in ids})
+    if not wanted:
+        return {}
+    with project_context(project):
+        graph = ensure_graph(project)
+        rows = _run(graph, _ENTITIES_BY_ID, [_graphids(wanted)])
+    return {entity.id: entity for entity in map(_entity_row, rows)}
 
 
 # -- relations ---------------------------------------------------------------------------------

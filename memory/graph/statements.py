@@ -41,6 +41,13 @@ _LIST_RELATIONS: LiteralString = (
 # them), not Cypher: the lookups meet the name and edge-end indexes (a one-table Cypher MATCH
 # scans every entity of the project under row-level security, see the package's notes), and an
 # INSERT or UPDATE is checked by the tables' WITH CHECK policies, which AGE's own CREATE skips.
+# Entities by vertex id, each joined to itself as every read by id is (row-level security's
+# test becomes a one-time filter and the primary key serves).
+_ENTITIES_BY_ID: LiteralString = """
+SELECT n.id::text, ag_catalog.agtype_out(n.properties)::text
+FROM {graph}."Entity" n JOIN {graph}."Entity" gate ON gate.id = n.id
+WHERE n.id = ANY(%s::ag_catalog.graphid[])
+"""
 _ENTITY_BY_NAME: LiteralString = """
 SELECT n.id::text, ag_catalog.agtype_out(n.properties)::text
 FROM {graph}."Entity" n JOIN {graph}."Entity" gate ON gate.id = n.id

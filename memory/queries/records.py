@@ -58,10 +58,7 @@ def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, A
         MemoryEvent.objects.filter(project_id=project_id, created_at__gte=since)
         .annotate(day=TruncDate("created_at"))
         .values("day")
-        .annotate(
-            events=Count("id"),
-            **{key: _usage_total(key) for key in keys[1:]},
-        )
+        .annotate(**_usage_sums())
     )
     days: dict[Any, dict[str, Any]] = {row["day"]: dict(row) for row in kept}
     folded = UsageDay.objects.filter(project_id=project_id, day__gte=since.date())

@@ -9,7 +9,6 @@ memory.retrieval.filters, memory.text (query, recognise) and tenants.db.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -22,7 +21,6 @@ from memory.queries.core import matching
 from memory.retrieval.filters import FilterError, compile_filters, scope_fields_named
 from memory.text import recognise
 from memory.text.query import Query
-from tenants.db import project_context
 
 # Relations a search answers with, when asked (enable_graph).
 SEARCH_RELATIONS = 20
@@ -136,34 +134,11 @@ def graph_relations(project_id: uuid.UUID, edges: graph.EdgeFilter) -> GraphRela
     return GraphRelations(project_id, edges)
 
 
-# The display names of entities by vertex id: the vertex table joined to itself, as
-# memory.graph reads by id (under row-level security, alone it would scan the project's rows).
-ENTITY_NAMES_SQL = (
-    "SELECT n.id::text, ag_catalog.agtype_out(n.properties)::text "
-    'FROM {graph}."Entity" n JOIN {graph}."Entity" gate ON gate.id = n.id '
-    "WHERE n.id = ANY(%s::ag_catalog.graphid[])"
-)
-
-
 def entity_display_names(project_id: uuid.UUID, vertex_ids: Iterable[int]) -> dict[int, str]:
     """The display name (as first written, capitals kept) of each of these entities, by vertex
     id (Relation.source_id, .destination_id); one query. Ids not found are left out."""
-    ids = sorted({int(i) for i in vertex_ids})
-    if not ids:
-        return {}
-    with project_context(project_id):
-        name = graph.ensure_graph(project_id)  # checked: the only text formatted in
-        with connection.cursor() as cursor:
-            cursor.execute(
-                ENTITY_NAMES_SQL.replace("{graph}", name),
-                ["{" + ",".join(str(i) for i in ids) + "}"],
-            )
-            rows = cursor.fetchall()
-    found = {}
-    for vertex, properties in rows:
-        p = json.loads(properties)
-        found[int(vertex)] = str(p.get("display_name") or p.get("name") or "")
-    return found
+    found = graph.entities_by_id(project_id, vertex_ids)
+    return {vertex: entity.display_name for vertex, entity in found.items()}
 
 
 def graph_traversal(

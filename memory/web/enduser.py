@@ -56,14 +56,6 @@ MAX_QUERY_CHARS = 500
 DELETED_SHOWN = 20  # the latest deleted memories listed, restorable, on the user's page
 # The user's graph relations in their download, at most (oldest first).
 RELATIONS_EXPORTED = 10_000
-# Who made a change, as the user is told (memory.actions.Actor kinds).
-ACTORS = {
-    "api": "the application",
-    "user": "support staff",
-    "enduser": "you",
-    "extractor": "automatic extraction",
-    "command": "an administrator",
-}
 
 
 @dataclass(frozen=True)
@@ -220,7 +212,7 @@ def _changes(rows: list[MemoryHistory]) -> list[dict[str, Any]]:
             "event": row.event,
             "old_text": row.old_memory,
             "new_text": row.new_memory,
-            "by": ACTORS.get(row.actor.partition(":")[0], "someone"),
+            "by": end_user_cause(row, {}),
             "at": row.created_at,
         }
         for row in rows

@@ -154,14 +154,16 @@ def event(request: HttpRequest, dash: Dashboard, event_id: uuid.UUID) -> HttpRes
 def event_revert(request: HttpRequest, dash: Dashboard, event_id: uuid.UUID) -> HttpResponse:
     """GET: what the add request did, and a confirmation form; POST: revert it as a whole
     (actions.do_revert_event), or say which later change prevents it."""
-    found = queries.event(dash.project.pk, event_id)
-    if found is None:
-        raise Http404("No such event.")
     if request.method != "POST":
+        found = queries.event(dash.project.pk, event_id)
+        if found is None:
+            raise Http404("No such event.")
         context = {"section": "events", "event": found, "results": found.results or []}
         return render(request, "web/operator/event_revert.html", context)
     try:
         reversal = actions.do_revert_event(dash.project.pk, event_id, actor=dash.actor)
+    except MemoryEvent.DoesNotExist:
+        raise Http404("No such event.") from None
     except actions.RevertConflictError as refused:
         messages.error(request, refused.detail)
         return redirect("web:event", project_id=dash.project.pk, event_id=event_id)

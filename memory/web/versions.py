@@ -87,16 +87,20 @@ def cause(row: MemoryHistory, events: dict[uuid.UUID, MemoryEvent]) -> str:
     }.get(kind, row.actor)
 
 
+# Who made a change, as the end user is told (memory.actions.Actor kinds; no key prefixes or
+# staff names).
+END_USER_ACTORS = {
+    "api": "the application",
+    "user": "support staff",
+    "enduser": "you",
+    "extractor": "automatic extraction",
+    "command": "an administrator",
+}
+
+
 def end_user_cause(row: MemoryHistory, events: dict[uuid.UUID, MemoryEvent]) -> str:
-    """What made the change, in the end user's words (no key prefixes or staff names)."""
-    kind = row.actor.partition(":")[0]
-    return {
-        "extractor": "taken from a conversation automatically",
-        "api": "the application",
-        "user": "support staff",
-        "enduser": "you",
-        "command": "an administrator",
-    }.get(kind, "someone")
+    """What made the change, in the end user's words."""
+    return END_USER_ACTORS.get(row.actor.partition(":")[0], "someone")
 
 
 def versions(project_id: uuid.UUID, memory: Memory, *, described: Cause = cause) -> list[Version]:

@@ -3,6 +3,7 @@ word-level differences, what caused each, and restoring an earlier one as a new 
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, ClassVar
 
 from django.contrib.auth.models import User
@@ -127,6 +128,9 @@ class VersionsTestCase(TestCase):
         )
         assert b"was changed after this add request" in refused.content
         assert self.current().text == "I live in Austin."
+        unknown = f"/dashboard/p/{self.project.pk}/events/{uuid.uuid4()}/revert/"
+        assert self.client.get(unknown).status_code == 404
+        assert self.client.post(unknown).status_code == 404
 
     def test_the_events_page_names_the_extractor_that_runs(self) -> None:
         self.client.force_login(self.reader)
