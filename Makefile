@@ -10,7 +10,7 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model db migrate run stop test lint format browser docs
+.PHONY: help install venv postgres model db migrate run stop test lint format browser node-client docs
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
@@ -41,6 +41,11 @@ model: venv
 browser:
 	@bash scripts/install-browser.sh
 
+# Node.js and the official JavaScript client (mem0ai, pinned by tests/clients/js/package-lock.json),
+# which tests/memory/test_mem0_js_client.py drives against a live server.
+node-client:
+	@bash scripts/install-node-client.sh
+
 db: postgres
 	@bash scripts/pg.sh start
 
@@ -53,7 +58,7 @@ run: migrate model
 stop:
 	@bash scripts/run.sh stop
 
-test: venv db model browser
+test: venv db model browser node-client
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 
