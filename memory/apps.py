@@ -14,4 +14,4 @@ class MemoryConfig(AppConfig):
 
         # The broker must exist before the actors are declared (memory.extraction.tasks).
         broker.configure(settings.DATABASES["default"])
-        from memory.extraction import tasks  # noqa: F401 - declares the actors
+        from memory.extraction import profiles, tasks  # noqa: F401 - declare the actors

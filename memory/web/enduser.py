@@ -43,6 +43,7 @@ from memory import search as searching
 from memory.actions import Actor
 from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
 from memory.parts import describe
+from memory.queries import profiles as profile_queries
 from memory.text.embeddings import embed_one
 from memory.web.versions import end_user_cause, versions
 from tenants import links
@@ -171,6 +172,7 @@ def home(request: HttpRequest, me: EndUser) -> HttpResponse:
             "page": page,
             "deleted": deleted,
             "kept_days": _kept_days(project),
+            "profile": profile_queries.profile_card(me.project_id, me.user_id),
             "q": query,
             "error": error,
             "section": "memories",
@@ -367,12 +369,19 @@ def download(request: HttpRequest, me: EndUser) -> HttpResponse:
         history = queries.histories(me.project_id, [m.id for m in mine])
         sources = queries.sources_of(me.project_id, mine, history)
         relations = queries.user_relations(me.project_id, me.user_id, RELATIONS_EXPORTED)
+        found = profile_queries.user_profile(me.project_id, me.user_id)
+    # The profile built from these memories (memory.extraction.profiles), if the user has one.
+    profile = None
+    if found is not None:
+        updated = found.updated_at.isoformat() if found.updated_at else None
+        profile = {"status": found.status, "fields": found.profile, "updated_at": updated}
     body = {
         "user_id": me.user_id,
         "exported_at": timezone.now().isoformat(),
         "count": len(mine),
         "memories": [_export_entry(m, history[m.id], sources[m.id]) for m in mine],
         "relations": [_relation_entry(r) for r in relations],
+        "profile": profile,
     }
     response = HttpResponse(
         json.dumps(body, ensure_ascii=False, indent=2), content_type="application/json"

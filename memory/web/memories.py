@@ -28,6 +28,7 @@ from config.inputs import UnsafeInputError, check_json
 from memory import actions, queries
 from memory import search as searching
 from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
+from memory.queries import profiles as profile_queries
 from memory.text.query import Query
 from memory.web.common import Dashboard, operator_page
 from memory.web.operations import USAGE_DAYS, usage_since
@@ -206,6 +207,9 @@ def memory_list(request: HttpRequest, dash: Dashboard) -> HttpResponse:
             elif not text:
                 context["page"] = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
             context["scope"] = form.scope()
+            if set(context["scope"]) == {"user_id"}:  # one user's page: their profile too
+                user_id = context["scope"]["user_id"]
+                context["profile"] = profile_queries.profile_card(dash.project.pk, user_id)
         return render(request, "web/operator/memories.html", context)
 
 

@@ -35,7 +35,9 @@ from memory.models import (
     MemoryEvent,
     MemoryExport,
     MemoryHistory,
+    ProfileJob,
     ScopeSummary,
+    UserProfile,
 )
 from tenants.actions import NewApiKey
 from tenants.db import project_context
@@ -49,7 +51,8 @@ OTHER = "okapi-2c9d"  # another user of the same project, with the same texts
 TEXT = f"Keeps the {MARK} notebook in the blue drawer"
 STORES = {
     "memories", "feedback", "entity_links", "graph_entities", "graph_relations", "history",
-    "summaries", "events", "queue_messages", "exports", "idempotency", "access_log",
+    "summaries", "events", "queue_messages", "exports", "idempotency", "profiles",
+    "profile_jobs", "access_log",
 }  # fmt: skip
 
 Row = tuple[str, str, str]  # (table, tenant the row was seen in or "-", the row as text)
@@ -112,6 +115,16 @@ def plant(client: Any, world: World, key: NewApiKey, user: str) -> None:
         MemoryEntity.objects.create(
             project_id=key.key.project_id, memory_id=memory_id, entity_name=f"{MARK} notebook",
             user_id=user,
+        )  # fmt: skip
+    # The user's profile, built from their memories, and a profile job naming them.
+    with project_context(key.key.project_id):
+        UserProfile.objects.create(
+            project_id=key.key.project_id, user_id=user, profile={"notebook": f"{MARK} notebook"},
+            memory_ids=[memory_id], status="succeeded",
+        )  # fmt: skip
+        ProfileJob.objects.create(
+            project_id=key.key.project_id, operation="trigger", entity_ids=[user],
+            idempotency_key=f"profile-{uuid.uuid4().hex}",
         )  # fmt: skip
     # The graph: the user's entities and a relation the first memory asserts.
     graph.upsert_relation(
@@ -212,6 +225,8 @@ def subjects(world: World) -> dict[str, int]:
                 any(str(m) in str(r) for m in memories)
                 for r in IdempotentRequest.objects.values_list("response", flat=True)
             ),
+            "profiles": UserProfile.objects.filter(user_id=SUBJECT).count(),
+            "profile_jobs": ProfileJob.objects.filter(entity_ids__contains=[SUBJECT]).count(),
             "access_log": len(logs),
         }
 

@@ -4,11 +4,11 @@ A distinctive string is planted for user A in every store the API and the worker
 memories stored verbatim (infer=false) and their neighbours' keyword context, a memory
 extracted by the pipeline (Claude faked at the HTTP boundary) with its graph entities and
 relation, history (both memories updated), the add request's messages, results and graph
-summary, the scope's running summary (refreshed by the worker), feedback, an export, and the
-access log (list requests naming the user). The same string is planted the same way for user
-B of the same project. Then every table of the database, the dramatiq schema and the AGE
-graph's label tables included, is read as the owner role in every tenant context
-(tests.memory.test_erasure.scan) for the string:
+summary, the scope's running summary (refreshed by the worker), feedback, an export, the
+user's profile (built by Claude from their memories), and the access log (list requests naming
+the user). The same string is planted the same way for user B of the same project. Then every
+table of the database, the dramatiq schema and the AGE graph's label tables included, is read
+as the owner role in every tenant context (tests.memory.test_erasure.scan) for the string:
 
 - after A's erasure (purge_user): none of A's rows, B's rows unchanged, and A's id nowhere;
 - after the redaction of A's extracted memory: none of its text anywhere but in B's rows,
@@ -31,6 +31,8 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
+from memory.actions import profiles as profile_actions
+from memory.extraction import profiles
 from memory.extraction.llm.claude import ClaudeExtractor
 from memory.extraction.pipeline import process_event, refresh_summary
 from memory.models import Memory
@@ -47,6 +49,7 @@ RAW = f"{MARK}-raw"  # in the memories stored verbatim
 FACT = f"{MARK}-fact"  # in the extracted memory, its event, summary, feedback and graph
 USER_A = f"ann-{uuid.uuid4().hex[:8]}"
 USER_B = f"bob-{uuid.uuid4().hex[:8]}"
+PROFILE_SCHEMA = {"properties": {"locker": {"type": "string", "description": "Their locker"}}}
 
 
 def respond(body: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +76,7 @@ def respond(body: dict[str, Any]) -> dict[str, Any]:
         },
         "record_contradictions": {"contradicted": []},
         "record_summary": {"summary": f"The user has a {FACT} locker"},
+        "record_profile": {"locker": f"The {FACT} locker, number 14"},
     }
     return answers.get(body["tool_choice"]["name"], {})
 
@@ -122,6 +126,11 @@ def plant(client: Any, world: World, claude: ClaudeExtractor, user: str) -> Plan
         "feedback_reason": f"{user} confirms the {FACT} locker"})  # fmt: skip
     call(client, key, "post", "/v1/exports/", {"filters": {"user_id": user}})
     call(client, key, "get", f"/v1/memories/?user_id={user}")
+    # The user's profile, built by Claude from their memories (the locker among them).
+    with override_settings(
+        ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=str(claude.client.base_url)
+    ):
+        assert profiles.generate(world.project, user) == "succeeded"
     return Planted(raw=raw, fact=fact, event=str(event))
 
 
@@ -134,6 +143,7 @@ def world(client: Any, fake_claude: FakeClaude) -> Iterator[World]:
         max_tokens=512, timeout=5, max_retries=0,
     )  # fmt: skip
     made = World(key=make_key("acme", "main"))
+    profile_actions.do_update_profile_settings(made.project, enabled=True, schema=PROFILE_SCHEMA)
     for user in (USER_A, USER_B):
         made.users[user] = plant(client, made, claude, user)
     yield made
@@ -156,7 +166,7 @@ def test_planting_reaches_every_store(world: World) -> None:
     assert planted >= {
         "memory_memory", "memory_memoryhistory", "memory_memoryevent", "memory_scopesummary",
         "memory_feedback", "memory_memoryexport", "memory_memoryentity", "Entity",
-        "memory_idempotentrequest",
+        "memory_idempotentrequest", "memory_userprofile",
     }, planted  # fmt: skip
     # Edges name their ends by id, and the log holds ids and paths, never texts.
     assert {"RELATES", "audit_accesslog"} <= tables(scan(USER_A)) - tables(scan(MARK))

@@ -60,8 +60,9 @@ class EndUserDashboardTestCase(BaseTestCase):
     def test_the_list_costs_a_fixed_number_of_queries(self) -> None:
         # 1 the minting key; then the tenant transaction (a savepoint inside the test's):
         # 2 savepoint, 3 set the project, 4 count, 5 the recently deleted, 6 the project,
-        # 7 the page of memories, 8 the project reset (outer context), 9 release
-        with self.assertNumQueries(9):
+        # 7 the profile settings (profiles off: no profile read), 8 the page of memories,
+        # 9 the project reset (outer context), 10 release
+        with self.assertNumQueries(10):
             self.client.get(self.url("home"))
 
     def test_it_searches_the_users_memories_only(self) -> None:

@@ -238,9 +238,10 @@ class WebMemoriesTestCase(TestCase):
         url = self.url("memories/")
         self.client.get(url)  # warm the session
         # 1 session, 2 user, 3 project, 4 role, 5 savepoint (a transaction outside tests),
-        # 6 set tenant, 7 count, 8 switcher's projects, 9 page, 10 restore the outer tenant,
-        # 11 release savepoint
-        with self.assertNumQueries(11):
+        # 6 set tenant, 7 count, 8 the profile settings (a user's page; profiles off: no
+        # profile read), 9 switcher's projects, 10 page, 11 restore the outer tenant,
+        # 12 release savepoint
+        with self.assertNumQueries(12):
             self.client.get(url, {"user_id": "alice"})
 
     def test_it_says_when_nothing_stored_is_about_the_search(self) -> None:
@@ -263,8 +264,8 @@ class WebMemoriesTestCase(TestCase):
         with self.assertNumQueries(11):
             self.client.get(self.url())
         # ... 7 the names the scope's user goes by, 8 the hybrid search (one statement),
-        # 9 switcher's projects, ...
-        with self.assertNumQueries(11):
+        # 9 the profile settings (a user's page), 10 switcher's projects, ...
+        with self.assertNumQueries(12):
             self.client.get(self.url("memories/"), {"q": "tea", "user_id": "alice"})
 
     def test_it_searches_deleted_memories_when_asked(self) -> None:

@@ -37,6 +37,7 @@ from memory.extraction.llm.prompts import (
     DECIDE_SYSTEM,
     ENTITIES_SYSTEM,
     PROCEDURE_SYSTEM,
+    PROFILE_SYSTEM,
     RELATIONS_SYSTEM,
     SUMMARY_SYSTEM,
     extract_system,
@@ -54,6 +55,7 @@ from memory.extraction.llm.schemas import (
     EXTRACT_TOOL,
     GRAPH_TOKENS,
     PROCEDURE_TOOL,
+    PROFILE_TOKENS,
     RELATIONS_TOOL,
     SUMMARY_TOKENS,
     SUMMARY_TOOL,
@@ -66,7 +68,9 @@ from memory.extraction.llm.schemas import (
     _TripleOut,
     map_decisions,
     parse_items,
+    parse_profile,
     parse_whole,
+    profile_tool,
 )
 from memory.extraction.llm.types import (
     Context,
@@ -345,6 +349,20 @@ class ClaudeExtractor:
             parse,
             budget=CONTRADICTIONS_TOKENS,
         )
+
+    def profile(
+        self, schema: dict[str, Any], instructions: str, prompt: str
+    ) -> tuple[dict[str, Any], Usage]:
+        """One user's profile: the fields of `schema` the prompt's memories fill (the others
+        left out); the project's `instructions` follow the fixed system prompt."""
+        system = PROFILE_SYSTEM
+        if instructions.strip():
+            system += "\n\n## The operator's instructions\n" + instructions.strip()
+
+        def parse(data: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+            return parse_profile(data, schema, notes)
+
+        return self._call(system, prompt, profile_tool(schema), parse, budget=PROFILE_TOKENS)
 
 
 ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]

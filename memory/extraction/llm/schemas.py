@@ -195,3 +195,72 @@ def map_decisions(
         text = (item.text or facts[item.fact].text).strip()
         result.decisions.append(Decision(item.event, item.fact, memory_id, text))
     return result
+
+
+# The profile call's max_tokens: a profile is one object of a few fields.
+PROFILE_TOKENS = 2048
+PROFILE_TOOL_NAME = "record_profile"
+# What a profile field may hold, by its JSON Schema type.
+_PROFILE_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+PROFILE_VALUE_MAX_CHARS = 4000
+
+
+def profile_tool(schema: dict[str, Any]) -> ToolParam:
+    """The forced tool of a profile: its input schema is the project's profile schema (its
+    properties, none required: a field the memories say nothing about is left out)."""
+    properties = schema.get("properties") or {}
+    return {
+        "name": PROFILE_TOOL_NAME,
+        "description": "Record the user's profile: each field as its description asks.",
+        "input_schema": {"type": "object", "properties": properties},
+    }
+
+
+def profile_value_fits(spec: dict[str, Any], value: Any) -> bool:
+    """Whether `value` may fill the profile field `spec` (its type, items' type, size)."""
+    if value is None or value in ("", [], {}):
+        return False
+    kind = spec.get("type")
+    if isinstance(kind, str) and kind in _PROFILE_TYPES:
+        if isinstance(value, bool) and kind != "boolean":
+            return False
+        if not isinstance(value, _PROFILE_TYPES[kind]):
+            return False
+    items = spec.get("items")
+    if (
+        isinstance(value, list)
+        and isinstance(items, dict)
+        and not all(profile_value_fits(items, v) for v in value)
+    ):
+        return False
+    enum = spec.get("enum")
+    if isinstance(enum, list) and value not in enum:
+        return False
+    return len(repr(value)) <= PROFILE_VALUE_MAX_CHARS
+
+
+def parse_profile(data: dict[str, Any], schema: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The fields of the tool input that the schema has and whose values fit, in the schema's
+    order; the others are dropped with a note."""
+    properties: dict[str, Any] = schema.get("properties") or {}
+    notes.extend(
+        f"{PROFILE_TOOL_NAME}: field {name[:64]!r} is not in the schema"
+        for name in data
+        if name not in properties
+    )
+    found: dict[str, Any] = {}
+    for name, spec in properties.items():
+        if name not in data:
+            continue
+        if profile_value_fits(spec, data[name]):
+            found[name] = data[name]
+        elif data[name] not in (None, "", [], {}):
+            notes.append(f"{PROFILE_TOOL_NAME}: field {name!r} does not fit its schema")
+    return found
