@@ -34,7 +34,10 @@ CLIENT_VERSION = "3.3.1"  # as pinned by tests/clients/js/package-lock.json
 NODE_TIMEOUT_SECONDS = 180
 
 
-def run_client(host: str, api_key: str, home: Path) -> dict[str, Any]:
+def run_client(
+    host: str, api_key: str, home: Path, script: Path = SCRIPT, **env: str
+) -> dict[str, Any]:
+    """Run a script of tests/clients/js (`env`: more variables it reads) and read its document."""
     node = shutil.which("node")
     installed = CLIENT_DIR / "node_modules" / "mem0ai" / "package.json"
     assert node and installed.is_file(), "Node or mem0ai is missing: run `make node-client`"
@@ -46,9 +49,10 @@ def run_client(host: str, api_key: str, home: Path) -> dict[str, Any]:
         "MEM0_DIR": str(home),  # where the client would keep its config: never ~/.mem0
         "MEM0_SOURCE": "engram-tests",
         "MEM0_APPLICATION": "js-client-check",
+        **env,
     }
     done = subprocess.run(
-        [node, str(SCRIPT)], cwd=CLIENT_DIR, env=env, capture_output=True, text=True,
+        [node, str(script)], cwd=CLIENT_DIR, env=env, capture_output=True, text=True,
         timeout=NODE_TIMEOUT_SECONDS, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

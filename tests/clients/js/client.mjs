@@ -3,12 +3,8 @@
 //
 //   ENGRAM_HOST=http://127.0.0.1:8000 ENGRAM_API_KEY=eng_... node client.mjs
 //
-// Prints one JSON document on stdout:
-//   {"client": "mem0ai", "version": "3.3.1",
-//    "steps": {"<name>": {"ok": true, "result": <what the method returned>}
-//                      | {"ok": false, "error": {"class", "message", "code"}}, ...}}
-// and exits 0 even when a step raised (the caller judges every step); only a failure of the
-// script itself (no host or key, the package missing) exits non-zero.
+// Prints one JSON document on stdout, what each step returned or raised (harness.mjs, shared
+// with platform.mjs, which calls the project, webhook and profile methods).
 //
 // STEPS is the table: one entry per call, run in order. A step receives the client and `ctx`
 // (ctx.results: what earlier steps returned, by name; ctx.host, ctx.apiKey) and returns what the
@@ -22,18 +18,8 @@
 //   bob, carol, frank  one fact each: delete_all, deleteUser, deleteUsers
 
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
 
-// Set before the package loads (it reads the variable once): the client never phones home.
-process.env.MEM0_TELEMETRY = "false";
-const { MemoryClient } = await import("mem0ai");
-
-const host = process.env.ENGRAM_HOST;
-const apiKey = process.env.ENGRAM_API_KEY;
-if (!host || !apiKey) {
-  console.error("client.mjs: set ENGRAM_HOST and ENGRAM_API_KEY");
-  process.exit(2);
-}
+import { MemoryClient, runSteps } from "./harness.mjs";
 
 const raw = (text) => ({ role: "user", content: text });
 // The id of a memory an add step returned, by its text.
@@ -174,27 +160,4 @@ const STEPS = [
   },
 ];
 
-function described(error) {
-  return {
-    class: error?.name ?? error?.constructor?.name ?? typeof error,
-    message: String(error?.message ?? error),
-    code: error?.errorCode ?? null,
-  };
-}
-
-const client = new MemoryClient({ apiKey, host });
-const { version } = JSON.parse(
-  readFileSync(new URL("./node_modules/mem0ai/package.json", import.meta.url), "utf8"),
-);
-const ctx = { host, apiKey, results: {} };
-const steps = {};
-for (const step of STEPS) {
-  try {
-    const result = await step.run(client, ctx);
-    ctx.results[step.name] = result;
-    steps[step.name] = { ok: true, result: result ?? null };
-  } catch (error) {
-    steps[step.name] = { ok: false, error: described(error) };
-  }
-}
-process.stdout.write(JSON.stringify({ client: "mem0ai", version, steps }) + "\n");
+await runSteps(STEPS);
