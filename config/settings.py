@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "tenants",
     "memory",
     "audit",
+    "webhooks",  # after memory: its actor needs the broker memory configures
 ]
 
 MIDDLEWARE = [
@@ -338,6 +339,14 @@ for _entry in ENGRAM_FETCH_ALLOWED_HOSTS:
         )
 # Seconds a document fetch may take (connect, and the whole download).
 ENGRAM_FETCH_TIMEOUT = env_int("ENGRAM_FETCH_TIMEOUT", 10, minimum=1)
+# Webhooks (webhooks/, docs/webhooks.md): seconds for each step of a POST and for its answer;
+# attempts at one delivery before it is FAILED; failed attempts in a row that disable a webhook.
+ENGRAM_WEBHOOK_TIMEOUT = env_int("ENGRAM_WEBHOOK_TIMEOUT", 10, minimum=1)
+ENGRAM_WEBHOOK_MAX_ATTEMPTS = env_int("ENGRAM_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+ENGRAM_WEBHOOK_DISABLE_AFTER = env_int("ENGRAM_WEBHOOK_DISABLE_AFTER", 20, minimum=1)
+# User profiles (memory.extraction.profiles): rebuilt this long after the last change to the
+# user's memories, and at most once per such window.
+ENGRAM_PROFILE_DEBOUNCE_SECONDS = env_int("ENGRAM_PROFILE_DEBOUNCE_SECONDS", 60, minimum=1)
 # The most bytes of one part sent as base64 (an image, a text document), and of the text
 # documents of one add request together (fetched or sent).
 ENGRAM_MAX_DOCUMENT_BYTES = env_int("ENGRAM_MAX_DOCUMENT_BYTES", 512 * 1024, minimum=1024)

@@ -15,6 +15,8 @@ handler500 = "memory.web.errors.server_error"
 urlpatterns = [
     path("v1/ping/", tenants_api.ping, name="ping"),
     path("", include("memory.api.urls")),
+    path("", include("webhooks.urls")),  # the Platform's webhooks (webhooks/api.py)
+    path("", include("tenants.projects_api")),  # the Platform's projects and members
     path("", include("memory.mcp.urls")),  # the MCP endpoint for agents (memory/mcp/http.py)
     path(
         "api/schema/",

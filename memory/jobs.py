@@ -52,3 +52,9 @@ REFRESH_SUMMARY = Job("refresh_summary", "summaries")
 LINK_ENTITIES = Job("link_entities", "entities")
 # An erasure asked through the API (erasure request id, project id).
 ERASE_USER = Job("erase_user", "erasures")
+# One attempt at a webhook delivery (delivery id, project id); webhooks.tasks, retried by itself.
+DELIVER_WEBHOOK = Job("deliver_webhook", "webhooks")
+# A user's profile is (re)built from their memories: a job asked through the API (job id,
+# project id), or a refresh after their memories changed (profile row id, project id).
+RUN_PROFILE_JOB = Job("run_profile_job", "profiles")
+REFRESH_PROFILE = Job("refresh_profile", "profiles")

@@ -22,6 +22,7 @@ from memory.actions.memories import do_delete_memories
 from memory.models import SCOPE_MAX_LENGTH, Memory
 from tenants.db import project_context
 from tenants.models import Project
+from webhooks.outbox import erasure_complete
 
 # The label of the key that hashes erased ids: HMAC-SHA256 keyed by a key derived from
 # SECRET_KEY and this label (django.utils.crypto.salted_hmac). Rotating SECRET_KEY changes
@@ -40,6 +41,8 @@ ERASURE_STORES = (
     "queue_messages",
     "exports",
     "idempotency",
+    "profiles",
+    "profile_jobs",
     "access_log",
 )
 
@@ -94,6 +97,7 @@ def do_erase_user(
                 subject_id="",
                 completed_at=timezone.now(),
             )
+            erasure_complete(project_id, subject)  # the webhooks' erasure_complete event
     return result
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import include, path
 
-from memory.web import enduser, errors, memories, operations, views
+from memory.web import enduser, errors, memories, operations, settings, views, webhooks
 
 app_name = "web"
 
@@ -17,6 +17,8 @@ urlpatterns = [
     # memories.py owns "dashboard/p/<project_id>/" (name "project": the project's scopes).
     path("dashboard/p/<uuid:project_id>/", include(memories.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(operations.urlpatterns)),
+    path("dashboard/p/<uuid:project_id>/", include(webhooks.urlpatterns)),
+    path("dashboard/p/<uuid:project_id>/", include(settings.urlpatterns)),
     path("me/", include(enduser.urlpatterns)),
     path("favicon.ico", errors.favicon, name="favicon"),
 ]

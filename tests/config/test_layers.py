@@ -11,6 +11,8 @@ is the same dependency. The layers, top to bottom (docs/architecture.md):
     models         memory.models
     text analysis  memory.text (embeddings, the entity recogniser, time windows, a query)
     platform       tenants, audit, config
+
+The webhooks app sits beside the use cases: it reads memory's models and sends its jobs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("tenants", "audit", "config", "memory")
+PACKAGES = ("tenants", "audit", "config", "memory", "webhooks")
 ENTRY_POINTS = ("memory.api", "memory.mcp", "memory.web")
 USE_CASES = ("memory.search", "memory.queries", "memory.actions")
 DOMAIN = ("memory.extraction", "memory.graph", "memory.retrieval")
@@ -46,6 +48,9 @@ FORBIDDEN = {
     # The dashboards are an entry point beside the API: they share nothing with its modules.
     "memory.web": ("memory.api", "memory.mcp", "memory.extraction"),
     "memory.api": ("memory.web", "memory.mcp"),
+    # Webhooks report memory changes: they read memory's models and send its jobs, beside the
+    # use cases (the erasure action reports through webhooks.outbox).
+    "webhooks": (*ENTRY_POINTS, *USE_CASES, "memory.extraction", "memory.graph"),
 }
 # A process hook at the very top: gunicorn's loads the embedder before the first request.
 EXEMPT = ("config.gunicorn_conf",)

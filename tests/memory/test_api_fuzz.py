@@ -97,8 +97,11 @@ BODY_ENDPOINTS = [
     ("put", "/v1/batch/"),
     ("delete", "/v1/batch/"),
     ("post", "/v1/feedback/"),
+    ("post", "/v1/summary/"),
     ("post", "/v1/exports/"),
     ("post", "/v1/exports/get/"),
+    ("post", "/v2/profiles/jobs/"),
+    ("post", "/v2/profiles/settings/"),
 ]
 QUERY_ENDPOINTS = [
     ("get", "/v1/memories/"),
@@ -108,6 +111,7 @@ QUERY_ENDPOINTS = [
     ("get", f"/v1/memories/{MEMORY}/"),
     ("get", f"/v1/memories/{MEMORY}/history/"),
     ("post", "/v3/memories/"),
+    ("get", "/v2/entities/user/alice/profile/"),
 ]
 QUERY_NAMES = ["filters", "user_id", "agent_id", "run_id", "page", "page_size", "status", "x"]
 

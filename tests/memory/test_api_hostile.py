@@ -202,6 +202,15 @@ class UnstorableTextTestCase(HostileTestCase):
             self.refused(self.raw("post", "/v3/memories/search/", body))
         self.refused(self.raw("post", "/v1/exports/", '{"schema": {"\\u0000": 1}}'))
         self.refused(self.raw("post", "/v1/feedback/", '{"memory_id": "\\u0000"}'))
+        settings = (
+            '{"entities": {"user": {"schema": {"properties": {"a": {"description": "\\u0000"}}}}}}'
+        )
+        self.refused(self.raw("post", "/v2/profiles/settings/", settings))
+        self.refused(
+            self.raw(
+                "post", "/v2/profiles/jobs/", '{"operation": "trigger", "entity_id": "\\ud800"}'
+            )
+        )
         assert self.rows() == before
 
     def test_nul_in_a_path_or_query_string_is_a_400(self) -> None:
@@ -211,6 +220,7 @@ class UnstorableTextTestCase(HostileTestCase):
             ("get", "/v1/memories/?user_id=al%00ice"),
             ("delete", "/v1/memories/?user_id=al%00ice"),
             ("get", "/v1/events/?status=%00"),
+            ("get", "/v2/entities/user/al%00ice/profile/"),
         ]:
             response = getattr(self.client, method)(path, headers=auth(self.alice.raw))
             assert "NUL" in self.refused(response), path
@@ -348,6 +358,8 @@ class BoundedCostTestCase(HostileTestCase):
             ("put", "/v1/batch/", {"memories": [{"memory_id": str(memory.id), "text": long_text}]}),
             ("post", "/v1/feedback/", {"memory_id": str(memory.id), "feedback_reason": long_text}),
             ("post", "/v1/exports/", {"schema": {"k": long_text}}),
+            ("patch", f"/api/v1/orgs/organizations/{memory.project.organization_id}/projects/"
+                      f"{memory.project_id}/", {"custom_instructions": long_text}),
             ("post", "/v3/memories/add/", {"messages": "hi", "user_id": "a",
                                            "metadata": {"k": long_text}}),
         ]  # fmt: skip

@@ -23,6 +23,7 @@ from unittest import mock
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache as django_cache
 from django.core.management import call_command
 from django.test import override_settings
@@ -32,17 +33,19 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from memory import actions, graph
+from memory.actions import profiles as profile_actions
 from memory.api import responses as r
 from memory.api.events import event_data
 from memory.api.memories import history_data
 from memory.api.serializers import AddSerializer, memory_data
 from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event
-from memory.models import Memory, MemoryEvent, MemoryHistory
+from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from memory.text import embeddings
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
+from webhooks import actions as webhook_actions
 
 BASE = "urn:engram:openapi"
 MISSING = uuid.UUID("00000000-0000-4000-8000-000000000000")
@@ -52,12 +55,23 @@ ALL = {"latest_only": False, "include_merged": True, "keyword_search": True}
 TRAVERSE = {"entity": "alice", **ALICE}
 NEW_FACT = {"messages": "I drink oolong", "user_id": "alice", "infer": False}
 OTHER_FACT = {"messages": "I drink sencha", "user_id": "alice", "infer": False}
+PROFILE_SCHEMA = {"properties": {"drink": {"type": "string", "description": "What they drink"}}}
+PROFILE_SETTINGS = {"enabled": True, "entities": {"user": {"schema": PROFILE_SCHEMA}}}
+TRIGGER = {"operation": "trigger", "entity_type": "user", "entity_id": "alice"}
 
 # Documented statuses that no sample can cause, each with the reason. Empty: the one fault the
 # API documents (503, the hosted embedder down) is caused below by pointing it at a closed port.
 NEEDS_A_LIVE_FAULT: dict[tuple[str, str, int], str] = {}
+# The project and member changes a key whose creator lacks the role refuses (the samples' key was
+# made at the server: it acts as an owner); tests/tenants/test_projects_api.py sends them.
+PROJECT = "/api/v1/orgs/organizations/{org_id}/projects/"
+for _method, _path in [("post", ""), ("patch", "{project_id}/")] + [
+    (m, "{project_id}/members/") for m in ("post", "put", "delete")
+]:
+    NEEDS_A_LIVE_FAULT[(_method, PROJECT + _path, 403)] = "a key whose creator is a reader"
 # Operations that read a JSON body the schema cannot declare (OpenAPI 3.0 has no DELETE body).
 UNDECLARED_BODY = {("delete", "/v1/batch/")}
+WEBHOOK_URL = "https://93.184.215.14/hook"
 
 
 @cache
@@ -155,6 +169,7 @@ class Sample:
 
 class ApiSchemaTestCase(BaseTestCase):
     ids: ClassVar[dict[str, uuid.UUID]]
+    webhooks: ClassVar[list[int]]
 
     @classmethod
     def setUpTestData(cls) -> None:
@@ -181,6 +196,9 @@ class ApiSchemaTestCase(BaseTestCase):
                 project, schema={}, filters=ALICE["filters"], result=[memory_data(tea)]
             )
             erasure = actions.do_request_user_erasure(project, "erin", actor="test")
+            job, _ = profile_actions.do_create_profile_job(
+                project.pk, "trigger", ["alice"], "schema-profile-job"
+            )
         # The graph: a relation asserted by the tea memory, another contradicted.
         alice = graph.Scope(user_id="alice")
         graph.upsert_relation(project.pk, "alice", "loves", "green tea", alice, memory_id=tea.id)
@@ -188,7 +206,20 @@ class ApiSchemaTestCase(BaseTestCase):
         graph.invalidate_relations(project.pk, alice, source="alice", destination="bike")
         cls.ids = {"tea": tea.id, "cat": cat.id, "bike": bike.id, "chess": chess.id, "dog": dog.id}
         cls.ids |= {"done": done.id, "pending": pending.id, "export": export.id}
-        cls.ids |= {"erasure": erasure.id}
+        cls.ids |= {"erasure": erasure.id, "job": job.id}
+        # What the summary samples read, and the user the member samples add.
+        with project_context(project.pk):
+            ScopeSummary.objects.create(project=project, user_id="alice", text="Alice likes tea.")
+        for name in ("bea", "cid"):
+            get_user_model().objects.create_user(name, email=f"{name}@example.com")
+        # The webhook samples' webhooks (a public address: no DNS lookup, no receiver).
+        with project_context(project.pk):
+            cls.webhooks = [
+                webhook_actions.do_create_webhook(
+                    project.pk, name=name, url=WEBHOOK_URL, event_types=["memory_add"]
+                ).pk
+                for name in ("kept", "deleted")
+            ]
 
     @classmethod
     def queue(cls, text: str) -> MemoryEvent:
@@ -300,6 +331,30 @@ class ApiSchemaTestCase(BaseTestCase):
                 200, "post", "/v1/graph/traverse/", {"entity": "green tea", "depth": 2, **ALICE}
             ),
             Sample(200, "post", "/v1/graph/traverse/", {**TRAVERSE, "include_invalid": True}),
+            Sample(200, "get", "/v2/profiles/settings/"),
+            Sample(400, "post", "/v2/profiles/settings/", {"schema": PROFILE_SCHEMA}),
+            Sample(200, "post", "/v2/profiles/settings/", PROFILE_SETTINGS),
+            Sample(200, "get", "/v2/entities/user/alice/profile/"),
+            Sample(400, "get", "/v2/entities/agent/alice/profile/"),
+            Sample(404, "get", "/v2/entities/user/nobody/profile/"),
+            Sample(202, "post", "/v2/profiles/jobs/", TRIGGER, idempotency_key="profile-1"),
+            Sample(
+                202,
+                "post",
+                "/v2/profiles/jobs/",
+                {"operation": "sample"},
+                idempotency_key="profile-2",
+            ),
+            Sample(400, "post", "/v2/profiles/jobs/", {"operation": "x"}, idempotency_key="prof-3"),
+            Sample(
+                404,
+                "post",
+                "/v2/profiles/jobs/",
+                {**TRIGGER, "entity_id": "nobody"},
+                idempotency_key="profile-4",
+            ),
+            Sample(200, "get", f"/v2/profiles/jobs/{i['job']}/"),
+            Sample(404, "get", f"/v2/profiles/jobs/{MISSING}/"),
             Sample(400, "post", "/v1/graph/traverse/", {"entity": "alice"}),
             Sample(200, "get", "/v1/graph/?user_id=alice&include_invalid=true"),
             Sample(200, "get", "/v1/graph/?user_id=alice&page_size=1"),
@@ -307,6 +362,9 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(404, "get", "/v1/graph/?user_id=alice&page=99"),
             Sample(200, "post", "/v1/users/alice/dashboard-link/", {"expires_in": 600}),
             Sample(400, "post", "/v1/users/alice/dashboard-link/", {"expires_in": 1}),
+            # Before the redaction, which erases the summary of the scope it redacts in.
+            *self.project_samples(),
+            *self.webhook_samples(),
             # After the batch delete of chess: a deleted memory can be redacted too.
             Sample(200, "post", f"/v1/memories/{i['chess']}/redact/", {"reason": "GDPR"}),
             Sample(400, "post", f"{missing}redact/", {"reason": "x" * 501}),
@@ -319,6 +377,69 @@ class ApiSchemaTestCase(BaseTestCase):
         ]
         return table + list(self.every_operation())
 
+    def project_samples(self) -> list[Sample]:
+        """The Platform's project, member and summary endpoints (tenants.projects_api)."""
+        mine, other = self.alice.key.project, self.charlie.key.project
+        orgs = "/api/v1/orgs/organizations/"
+        new, elsewhere = (
+            f"{orgs}{mine.organization_id}/projects/",
+            f"{orgs}{other.organization_id}/projects/",
+        )
+        here, there = f"{new}{mine.pk}/", f"{elsewhere}{other.pk}/"
+        bea = {"email": "bea@example.com"}
+        return [
+            Sample(200, "get", here),
+            Sample(400, "get", f"{here}?fields=nonsense"),
+            Sample(404, "get", there),
+            Sample(200, "patch", here, {"custom_instructions": "Remember tea."}),
+            Sample(400, "patch", here, {"memory_depth": "deep"}),
+            Sample(404, "patch", there, {"name": "x"}),
+            Sample(403, "delete", here),
+            Sample(404, "delete", there),
+            Sample(200, "post", new, {"name": "schema-second"}),
+            Sample(400, "post", new, {}),
+            Sample(404, "post", elsewhere, {"name": "x"}),
+            Sample(409, "post", new, {"name": "schema-second"}),
+            Sample(409, "patch", here, {"name": "schema-second"}),
+            Sample(200, "post", f"{here}members/", bea),
+            Sample(409, "post", f"{here}members/", bea),  # already a member
+            Sample(400, "post", f"{here}members/", {"email": "bea"}),
+            Sample(404, "post", f"{here}members/", {"email": "nobody@example.com"}),
+            Sample(404, "post", f"{there}members/", bea),
+            Sample(200, "get", f"{here}members/"),
+            Sample(404, "get", f"{there}members/"),
+            Sample(200, "put", f"{here}members/", {**bea, "role": "OWNER"}),
+            Sample(409, "put", f"{here}members/", {**bea, "role": "READER"}),  # the last owner
+            Sample(400, "put", f"{here}members/", {**bea, "role": "GOD"}),
+            Sample(404, "put", f"{there}members/", {**bea, "role": "READER"}),
+            Sample(409, "delete", f"{here}members/?email=bea@example.com"),  # the last owner
+            Sample(200, "post", f"{here}members/", {"email": "cid@example.com", "role": "OWNER"}),
+            Sample(200, "delete", f"{here}members/?email=bea@example.com"),
+            Sample(400, "delete", f"{here}members/?email=bea"),
+            Sample(404, "delete", f"{here}members/?email=bea@example.com"),
+            Sample(200, "post", "/v1/summary/", ALICE),
+            Sample(400, "post", "/v1/summary/", {"filters": {"categories": {"in": ["tea"]}}}),
+        ]
+
+    def webhook_samples(self) -> list[Sample]:
+        """The Platform's webhook endpoints (webhooks.api)."""
+        mine = f"/api/v1/webhooks/projects/{self.alice.key.project_id}/"
+        other = f"/api/v1/webhooks/projects/{self.charlie.key.project_id}/"
+        kept, deleted = (f"/api/v1/webhooks/{pk}/" for pk in self.webhooks)
+        new = {"name": "logger", "url": WEBHOOK_URL, "event_types": ["memory_add"]}
+        return [
+            Sample(200, "get", mine),
+            Sample(404, "get", other),
+            Sample(201, "post", mine, new),
+            Sample(400, "post", mine, {**new, "url": "http://10.0.0.1/hook"}),
+            Sample(404, "post", other, new),
+            Sample(200, "put", kept, {"name": "renamed", "is_active": False}),
+            Sample(400, "put", kept, {"event_types": ["memory_explode"]}),
+            Sample(404, "put", "/api/v1/webhooks/999999999/", {"name": "x"}),
+            Sample(200, "delete", deleted),
+            Sample(404, "delete", deleted),
+        ]
+
     def every_operation(self) -> Iterator[Sample]:
         """What any operation must answer documentedly: no key, too many requests and, if it
         takes a body, one over the size limit and one that is not JSON."""
@@ -326,6 +447,10 @@ class ApiSchemaTestCase(BaseTestCase):
             "memory_id": self.ids["tea"],
             "event_id": self.ids["done"],
             "erasure_id": self.ids["erasure"],
+            "job_id": self.ids["job"],
+            "org_id": self.alice.key.project.organization_id,
+            "project_id": self.alice.key.project_id,
+            "webhook_id": self.webhooks[0],
         }
         for method, path, operation in operations():
             concrete = path.format(**values, entity_type="user", name="alice", user_id="alice")

@@ -86,6 +86,27 @@ INEXPRESSIBLE = {
     # ISO 8601 with or without an offset (a naive one is read in `timezone`): wider than
     # OpenAPI's date-time format.
     r"^observation_datetime: must be an ISO 8601 date and time",
+    # A webhook's URL: http(s) to a host that resolves to public addresses only (a lookup);
+    # a body with keys the Platform's webhook endpoints do not know; at most 20 per project.
+    r"^url: ",
+    r"unknown field; known: ",
+    r"^a project has at most \d+ webhooks",
+    # A project's PATCH: the Platform settings engram cannot change take only engram's value
+    # (an enum of one would be a shared component), category names are unique in any case
+    # (no propertyNames in OpenAPI 3.0), at least one setting, the body's ids are the path's.
+    r"engram cannot change this: it is always",
+    r"^custom_categories: ",
+    r"^Give at least one setting to change",
+    r"is not the project of the path",
+    # Profiles: a profile schema is a JSON Schema with rules of its own (every property
+    # described, names and types the model's tools take); the Platform's settings shape refuses
+    # unknown keys with its own words; a trigger names its user; only user profiles exist;
+    # jobs need the project's profiles enabled first.
+    r"^entities: ",
+    r"^Unsupported settings",
+    r"^entity_id: is required to trigger",
+    r"^entity_type: Only user profiles",
+    r"^Profiles are not enabled",
 }
 # Operations whose body the schema cannot declare: OpenAPI 3.0 has no DELETE body.
 UNDECLARED_BODY = {"DELETE /v1/batch/"}
@@ -187,6 +208,8 @@ def api_key(db: None) -> Iterator[str]:
         erasure_id=[erasure.json()["event_id"]],
         user_id=["alice"],
         name=["alice"],
+        org_id=[str(project.organization_id)],
+        project_id=[str(project.pk)],
     )
     # Requests share the test's connection and transaction, as the test client's do: the WSGI
     # handler would close a connection it finds inside a transaction when a request ends.

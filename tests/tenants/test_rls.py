@@ -18,12 +18,16 @@ from memory.models import (
     MemoryEvent,
     MemoryExport,
     MemoryHistory,
+    ProfileJob,
+    ProfileSettings,
     ScopeSummary,
     UsageDay,
+    UserProfile,
 )
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import make_memory
+from webhooks.models import Delivery, Webhook
 
 # Tables that carry project_id but are deliberately not under RLS, with the reason.
 RLS_EXEMPT = {
@@ -69,6 +73,24 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_usageday": lambda project_id: UsageDay.objects.create(
         project_id=project_id, day="2026-11-27", events=1
+    ),
+    "memory_profilesettings": lambda project_id: ProfileSettings.objects.create(
+        project_id=project_id, enabled=True
+    ),
+    "memory_userprofile": lambda project_id: UserProfile.objects.create(
+        project_id=project_id, user_id="alice", profile={"name": "Alice"}
+    ),
+    "memory_profilejob": lambda project_id: ProfileJob.objects.create(
+        project_id=project_id, operation="trigger", entity_ids=["alice"], idempotency_key="k" * 8
+    ),
+    "webhooks_webhook": lambda project_id: Webhook.objects.create(
+        project_id=project_id, name="h", url="https://example.com/h", secret="s"
+    ),
+    "webhooks_delivery": lambda project_id: Delivery.objects.create(
+        project_id=project_id,
+        webhook=Webhook.objects.create(project_id=project_id, url="https://x/", secret="s"),
+        event_type="memory_add",
+        next_attempt_at="2026-11-27T00:00:00Z",
     ),
 }
 

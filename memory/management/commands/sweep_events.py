@@ -20,6 +20,11 @@ left to the broker's reaper as long as the worker's message exists; the sweeper 
 that are gone (a send lost when the broker was unreachable, a message that failed outright).
 
 Sweeps hold an advisory lock, so two sweepers never both re-send the same event.
+
+The same loop does the server's other periodic work, so one sweeper process is all it needs:
+webhook deliveries no message will bring are sent again (webhooks.sweep, the same rule over the
+same queue table), and user profiles whose memories changed are rebuilt once the debounce
+delay has passed (memory.extraction.profiles.refresh_due).
 """
 
 from __future__ import annotations
@@ -30,14 +35,18 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from memory.extraction.profiles import refresh_due
 from memory.extraction.sweep import sweep
+from webhooks.sweep import sweep as sweep_deliveries
 
 
 class Command(BaseCommand):
     help = (
         "Re-send events that stayed PENDING longer than --pending-seconds, or whose worker's "
-        "lease expired, and that have no message queued, delayed or held by a worker. With "
-        "--loop N, repeat every N seconds (make run does this)."
+        "lease expired, and that have no message queued, delayed or held by a worker; the "
+        "same for webhook deliveries due that long; and send a rebuild for each user profile "
+        "whose memories changed ENGRAM_PROFILE_DEBOUNCE_SECONDS ago or more. With --loop N, "
+        "repeat every N seconds (make run does this)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,9 +55,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         while True:
-            sent = sweep(timedelta(seconds=options["pending_seconds"]))
+            stale = timedelta(seconds=options["pending_seconds"])
+            sent = sweep(stale)
             if sent and options["verbosity"] > 0:
                 self.stdout.write(f"re-sent {sent} events")
+            delivered = sweep_deliveries(stale)
+            if delivered and options["verbosity"] > 0:
+                self.stdout.write(f"re-sent {delivered} webhook deliveries")
+            refreshed = refresh_due()
+            if refreshed and options["verbosity"] > 0:
+                self.stdout.write(f"sent {refreshed} profile refreshes")
             if not options["loop"]:
                 return
             time.sleep(options["loop"])
