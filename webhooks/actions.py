@@ -123,3 +123,18 @@ def do_rotate_secret(webhook: Webhook) -> str:
         Webhook.objects.filter(pk=webhook.pk).update(secret=secret, updated_at=timezone.now())
     webhook.secret = secret
     return secret
+
+
+def do_prune_deliveries(project_id: uuid.UUID, *, before: Any, dry_run: bool = False) -> int:
+    """Delete the project's finished deliveries (delivered, failed, dropped) made before
+    `before`: the delivery log is kept as long as the add requests' messages are
+    (purge_expired, the project's event retention). Pending ones are never pruned. Returns
+    how many (would) go."""
+    with project_context(project_id):
+        finished = Delivery.objects.filter(project_id=project_id, created_at__lt=before).exclude(
+            status=Delivery.Status.PENDING
+        )
+        if dry_run:
+            return finished.count()
+        deleted, _ = finished.delete()
+        return deleted

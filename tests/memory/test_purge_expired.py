@@ -162,3 +162,28 @@ class PurgeExpiredTestCase(BaseTestCase):
     def test_it_is_quiet_at_verbosity_zero(self) -> None:
         assert self.purge("--verbosity", "0", "--no-progress") == ""
         assert self.ids() == {self.recent.pk, self.kept.pk}
+
+    def test_it_prunes_the_finished_webhook_deliveries_as_old_as_the_events(self) -> None:
+        from webhooks.models import Delivery, Webhook
+
+        with project_context(self.project.pk):
+            hook = Webhook.objects.create(
+                project=self.project, name="h", url="https://example.com/h",
+                event_types=["memory_add"], secret="whsec_x",
+            )  # fmt: skip
+            made = {}
+            for status, days in (("DELIVERED", 100), ("FAILED", 100), ("PENDING", 100),
+                                 ("DELIVERED", 10)):  # fmt: skip
+                row = Delivery.objects.create(
+                    project=self.project, webhook=hook, event_type="memory_add", status=status,
+                    next_attempt_at=timezone.now(),
+                )  # fmt: skip
+                Delivery.objects.filter(pk=row.pk).update(
+                    created_at=timezone.now() - timedelta(days=days)
+                )
+                made[(status, days)] = row.pk
+        assert "webhook deliveries: 2" in self.purge("--dry-run")
+        assert "webhook deliveries: 2" in self.purge()
+        with project_context(self.project.pk):
+            left = set(Delivery.objects.values_list("pk", flat=True))
+        assert left == {made[("PENDING", 100)], made[("DELIVERED", 10)]}

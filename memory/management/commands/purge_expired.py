@@ -8,7 +8,8 @@ project (GDPR storage limitation).
   (until then a delete is restorable);
 - the messages, metadata, results and graph summary of add requests older than the
   project's `event_retention_days` are erased (the request rows stay, with status, usage and
-  timings, for the operators' figures);
+  timings, for the operators' figures), and the finished webhook deliveries as old (their log
+  holds ids, no text; pending ones stay);
 - Idempotency-Key records older than ENGRAM_IDEMPOTENCY_HOURS are deleted (already ignored).
 
 Memories go through the one database-side path (engram_erase_memories, as a redaction but
@@ -35,13 +36,15 @@ from memory import actions, queries
 from memory.actions import Actor
 from tenants.db import project_context
 from tenants.models import Project
+from webhooks.actions import do_prune_deliveries
 
 
 class Command(BaseCommand):
     help = (
         "Erase for good, project by project: memories past their expiration date, memories "
         "deleted longer ago than the retention period, and the messages and results of add "
-        "requests older than theirs (rows kept); prune old Idempotency-Key records. Prints "
+        "requests older than theirs (rows kept), with the finished webhook deliveries as old; "
+        "prune old Idempotency-Key records. Prints "
         "the rows per store. --dry-run counts and changes nothing."
     )
 
@@ -108,4 +111,7 @@ def purge_project(
         # Summed: an add request may count once for a purged memory's text, once for its age.
         counts["events"] += payloads["events"]
         counts["history"] += payloads["history"]
+        counts["webhook deliveries"] = do_prune_deliveries(
+            project.pk, before=policy.events_before, dry_run=dry_run
+        )
     return counts
