@@ -61,6 +61,8 @@ PROJECT_SETTINGS = (
     "description",
     "custom_instructions",
     "custom_categories",
+    "includes",
+    "excludes",
     "deleted_retention_days",
     "event_retention_days",
 )

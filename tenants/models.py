@@ -36,6 +36,10 @@ class Project(models.Model):
     # Per-project extraction settings (Mem0's project options), used by the extraction pipeline.
     custom_instructions = models.TextField(blank=True)
     custom_categories = models.JSONField(default=list, blank=True)
+    # What extraction only remembers, and never remembers (Mem0's includes/excludes), for every
+    # add request of the project; an add request's own replace them for that request.
+    includes = models.TextField(blank=True)
+    excludes = models.TextField(blank=True)
     # Retention (purge_expired): days a deleted memory, and an add request's messages and
     # results, are kept before they are erased for good. Empty: the server's default
     # (ENGRAM_DELETED_RETENTION_DAYS, ENGRAM_EVENT_RETENTION_DAYS); 0: kept for ever.

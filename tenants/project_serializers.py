@@ -34,10 +34,8 @@ REFUSED = {
     "memory_depth": "engram has one extraction depth; it cannot be set.",
     "usecase_setting": "engram has no use-case presets; write custom_instructions instead.",
     "usecase": "engram has no use-case presets; write custom_instructions instead.",
-    "includes": "engram takes includes per add request (POST /v3/memories/add/), not per project.",
-    "excludes": "engram takes excludes per add request (POST /v3/memories/add/), not per project.",
-    "inclusion_prompt": "engram takes includes per add request, not per project.",
-    "exclusion_prompt": "engram takes excludes per add request, not per project.",
+    "inclusion_prompt": "engram's name for it is includes.",
+    "exclusion_prompt": "engram's name for it is excludes.",
     "update_custom_instructions": "engram has no separate instructions for updates.",
     "summary_custom_instructions": "engram has no separate instructions for summaries.",
     "summary_batch_size": "the server sets how often summaries refresh (ENGRAM_SUMMARY_EVERY).",
@@ -149,6 +147,12 @@ class ProjectUpdateSerializer(Closed):
     description = InstructionsField(required=False)
     custom_instructions = InstructionsField(required=False)
     custom_categories = CategoriesField(required=False)
+    includes = InstructionsField(
+        required=False, help_text="What extraction only remembers (an add's own replace it)."
+    )
+    excludes = InstructionsField(
+        required=False, help_text="What extraction never remembers (an add's own replace it)."
+    )
     deleted_retention_days = RetentionField(
         help_text="Days a deleted memory is kept before it is erased; null: the server's "
         "default (ENGRAM_DELETED_RETENTION_DAYS); 0: for ever."
@@ -256,6 +260,8 @@ class ProjectSerializer(Closed):
     )
     custom_instructions = serializers.CharField(required=False)
     custom_categories = serializers.ListField(child=serializers.JSONField(), required=False)
+    includes = serializers.CharField(required=False)
+    excludes = serializers.CharField(required=False)
     deleted_retention_days = serializers.IntegerField(allow_null=True, required=False)
     event_retention_days = serializers.IntegerField(allow_null=True, required=False)
     multilingual = serializers.BooleanField(required=False)

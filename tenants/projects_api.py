@@ -112,6 +112,8 @@ def project_body(project: Project, key: ApiKey, fields: list[str] | None) -> dic
         "user_role": s.ROLE_WORDS.get(role) if role else None,
         "custom_instructions": project.custom_instructions,
         "custom_categories": project.custom_categories,
+        "includes": project.includes,
+        "excludes": project.excludes,
         "deleted_retention_days": project.deleted_retention_days,
         "event_retention_days": project.event_retention_days,
         **s.fixed_settings(),

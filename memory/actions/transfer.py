@@ -153,7 +153,7 @@ def _project_id(value: Any) -> uuid.UUID | None:
 def _project_settings(source: Mapping[str, Any]) -> dict[str, Any]:
     """The source project's settings an import copies into a project it creates (checked)."""
     found: dict[str, Any] = {}
-    for key in ("description", "custom_instructions"):
+    for key in ("description", "custom_instructions", "includes", "excludes"):
         if isinstance(source.get(key), str):
             found[key] = source[key].replace("\x00", "")
     if isinstance(source.get("custom_categories"), list):

@@ -114,6 +114,8 @@ def header(project: Project, counts: dict[str, int]) -> dict[str, Any]:
             "description": project.description,
             "custom_instructions": project.custom_instructions,
             "custom_categories": project.custom_categories,
+            "includes": project.includes,
+            "excludes": project.excludes,
             "deleted_retention_days": project.deleted_retention_days,
             "event_retention_days": project.event_retention_days,
         },

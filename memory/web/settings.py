@@ -68,6 +68,22 @@ class SettingsForm(forms.Form):
         help_text="What extraction should remember or leave out, in your words; an add "
         "request's own custom_instructions replace them for that request.",
     )
+    includes = forms.CharField(
+        required=False,
+        strip=False,
+        label="Only remember",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Mem0's includes: what extraction only remembers (an add request's own "
+        "includes replace it).",
+    )
+    excludes = forms.CharField(
+        required=False,
+        strip=False,
+        label="Never remember",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Mem0's excludes: what extraction never remembers (an add request's own "
+        "excludes replace it).",
+    )
     custom_categories = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 6}),
@@ -88,12 +104,21 @@ class SettingsForm(forms.Form):
         help_text="Empty: the server's default; 0: for ever.",
     )
 
-    def clean_custom_instructions(self) -> str:
-        value: str = self.cleaned_data["custom_instructions"]
+    def _bounded(self, name: str) -> str:
+        value: str = self.cleaned_data[name]
         limit = django_settings.ENGRAM_MAX_TEXT_CHARS
         if len(value) > limit:
             raise forms.ValidationError(f"{len(value)} characters; the limit is {limit}.")
         return value
+
+    def clean_custom_instructions(self) -> str:
+        return self._bounded("custom_instructions")
+
+    def clean_includes(self) -> str:
+        return self._bounded("includes")
+
+    def clean_excludes(self) -> str:
+        return self._bounded("excludes")
 
     def clean_custom_categories(self) -> list[Any]:
         try:
@@ -113,6 +138,8 @@ def initial_settings(dash: Dashboard) -> dict[str, Any]:
         "name": project.name,
         "description": project.description,
         "custom_instructions": project.custom_instructions,
+        "includes": project.includes,
+        "excludes": project.excludes,
         "custom_categories": categories_text(project.custom_categories),
         "deleted_retention_days": project.deleted_retention_days,
         "event_retention_days": project.event_retention_days,

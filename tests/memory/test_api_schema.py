@@ -43,6 +43,7 @@ from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from memory.text import embeddings
 from tenants.db import project_context
+from tenants.models import Project
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
 from webhooks import actions as webhook_actions
@@ -226,7 +227,7 @@ class ApiSchemaTestCase(BaseTestCase):
         """An add request with infer=true, queued the way the API queues it."""
         serializer = AddSerializer(data={"messages": text, "user_id": "alice"})
         serializer.is_valid(raise_exception=True)
-        payload = serializer.event_payload("", [])
+        payload = serializer.event_payload(Project())
         return actions.do_queue_add(cls.alice.key.project, payload)
 
     def samples(self) -> list[Sample]:

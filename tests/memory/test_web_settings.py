@@ -57,6 +57,8 @@ class SettingsPageTestCase(BaseTestCase):
         data = self.settings(
             custom_instructions="Only food.",
             custom_categories="travel: Trips and places\nfood\n",
+            includes="Meals and restaurants.",
+            excludes="Anything about health.",
             deleted_retention_days="7",
         )
         response = self.post(self.adam, data)
@@ -64,6 +66,10 @@ class SettingsPageTestCase(BaseTestCase):
         project = self.project()
         assert project.custom_instructions == "Only food."
         assert project.custom_categories == [{"travel": "Trips and places"}, "food"]
+        assert (project.includes, project.excludes) == (
+            "Meals and restaurants.",
+            "Anything about health.",
+        )
         assert (project.deleted_retention_days, project.event_retention_days) == (7, None)
         page = self.client.get(self.url())
         assert "Settings saved" in page.content.decode()

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from memory.models import MemoryEvent
+from tenants.db import project_context
 from tenants.models import Membership, Project
 from tests.base import BaseTestCase
 from tests.factory import make_key
@@ -89,6 +91,26 @@ class ProjectsApiTestCase(BaseTestCase):
         assert project.custom_instructions == "Only remember food."
         assert (project.custom_categories, project.deleted_retention_days) == (categories, 7)
 
+    def test_includes_and_excludes_are_what_every_add_request_is_extracted_with(self) -> None:
+        response = self.patch({"includes": "Only food.", "excludes": "Never health."})
+        assert response.status_code == 200, response.content
+        assert self.call("get", self.url + "?fields=includes,excludes").json() == {
+            "includes": "Only food.",
+            "excludes": "Never health.",
+        }
+        messages = [{"role": "user", "content": "I love ramen and I have asthma."}]
+        queued = self.call("post", "/v3/memories/add/", {"messages": messages, "user_id": "u"})
+        own = self.call(
+            "post",
+            "/v3/memories/add/",
+            {"messages": messages, "user_id": "u", "includes": "Only sports."},
+        )
+        with project_context(self.project.pk):
+            first = MemoryEvent.objects.get(pk=queued.json()["event_id"]).payload
+            second = MemoryEvent.objects.get(pk=own.json()["event_id"]).payload
+        assert (first["includes"], first["excludes"]) == ("Only food.", "Never health.")
+        assert (second["includes"], second["excludes"]) == ("Only sports.", "Never health.")
+
     def test_it_accepts_a_fixed_setting_at_engrams_value(self) -> None:
         response = self.patch({"decay": False, "multilingual": True, "custom_instructions": "x"})
         assert response.status_code == 200
@@ -98,8 +120,8 @@ class ProjectsApiTestCase(BaseTestCase):
         cases = {
             "memory_depth": "deep",
             "usecase_setting": "support",
-            "includes": "food",
-            "excludes": "health",
+            "inclusion_prompt": "food",
+            "exclusion_prompt": "health",
             "decay": True,
             "multilingual": False,
             "agent_custom_instructions": "Be brief.",

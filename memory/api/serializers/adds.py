@@ -130,19 +130,16 @@ class AddSerializer(ScopeMixin):
             scope=self.scope(),
             messages=data["messages"],
             infer=data["infer"],
-            payload=(
-                self.event_payload(project.custom_instructions, project.custom_categories)
-                if data["infer"]
-                else {}
-            ),
+            payload=(self.event_payload(project) if data["infer"] else {}),
             metadata=data.get("metadata"),
             created_at=self.created_at(),
             expiration_date=data.get("expiration_date"),
             immutable=data["immutable"],
         )
 
-    def event_payload(self, project_instructions: str, project_categories: Any) -> dict[str, Any]:
-        """What a worker needs to process this request later (JSON only)."""
+    def event_payload(self, project: Project) -> dict[str, Any]:
+        """What a worker needs to process this request later (JSON only); the project's
+        instructions, categories, includes and excludes where the request has none."""
         data = self.validated_data
         expiration = data.get("expiration_date")
         return {
@@ -159,12 +156,12 @@ class AddSerializer(ScopeMixin):
             "timestamp": data.get("timestamp"),
             "expiration_date": expiration.isoformat() if expiration else None,
             "immutable": data["immutable"],
-            "custom_instructions": data.get("custom_instructions") or project_instructions,
+            "custom_instructions": data.get("custom_instructions") or project.custom_instructions,
             "custom_categories": category_names(
-                data.get("custom_categories") or project_categories
+                data.get("custom_categories") or project.custom_categories
             ),
-            "includes": data.get("includes", ""),
-            "excludes": data.get("excludes", ""),
+            "includes": data.get("includes") or project.includes,
+            "excludes": data.get("excludes") or project.excludes,
             "memory_type": data.get("memory_type"),
             "observed_at": self.observed_at(),
             "timezone": data.get("timezone") or "",
