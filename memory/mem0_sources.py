@@ -259,6 +259,7 @@ class PlatformSource:
 
     def entities(self) -> Iterator[tuple[str, str]]:
         page: Any = self.http.call("GET", "v1/entities/")
+        followed: set[str] = set()
         while True:
             rows = page.get("results") if isinstance(page, Mapping) else page
             if not isinstance(rows, list):
@@ -271,7 +272,11 @@ class PlatformSource:
             following = page.get("next") if isinstance(page, Mapping) else None
             if not following:
                 return
-            page = self.http.call("GET", _same_server(self.http.base, following))
+            url = _same_server(self.http.base, following)
+            if url in followed:  # a source whose pages go round in a circle
+                raise SourceError(f"v1/entities/: the next page {following!r} came before")
+            followed.add(url)
+            page = self.http.call("GET", url)
 
     def memories(self) -> Iterator[SourceMemory]:
         seen: set[str] = set()
@@ -288,12 +293,16 @@ class PlatformSource:
                 rows = page.get("results") if isinstance(page, Mapping) else page
                 if not isinstance(rows, list):
                     raise SourceError(f"v3/memories/ ({scope}={name}): not a list of memories")
+                new = 0
                 for item in rows:
                     memory = memory_of(item, f"{scope}={name} page {number}")
                     if memory.id not in seen:
                         seen.add(memory.id)
+                        new += 1
                         yield memory
-                if not (isinstance(page, Mapping) and page.get("next")) or not rows:
+                # A page with nothing new ends the scope: a source that ignores `page` and
+                # answers the same one again (with `next` set) cannot keep the command going.
+                if not (isinstance(page, Mapping) and page.get("next")) or not new:
                     break
                 number += 1
 

@@ -6,11 +6,12 @@
 
 An API key belongs to one project: any other organization or project in the path is a 404,
 like any object the key cannot see. A key acts with its creator's current role in the
-organization (a key made with `manage.py create_api_key` has no creator: the operator made it
-at the server, so it acts as an owner). Owners and admins change settings and create projects,
-owners manage members, every key reads. Engram's members belong to the organization (as on the
-dashboard), so the member endpoints list and change the organization's members. Deleting a
-whole project through an API key is refused (403): see delete_project.
+organization (a key made with `manage.py create_api_key` has no creator and acts as an admin:
+it may change the project's settings, never who is in the organization, since an application's
+key that leaks must not hand out dashboard access). Owners and admins change settings and
+create projects, owners manage members, every key reads. Engram's members belong to the
+organization (as on the dashboard), so the member endpoints list and change the organization's
+members. Deleting a whole project through an API key is refused (403): see delete_project.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def key_role(key: ApiKey) -> str | None:
     """The role the key acts with: its creator's in the key's organization, now."""
     creator = key.created_by
     if creator is None:
-        return Membership.Role.OWNER  # made at the server (manage.py create_api_key)
+        # Made at the server (manage.py create_api_key): no person behind it, so it may change
+        # settings but not the organization's members.
+        return Membership.Role.ADMIN
     if not creator.is_active:
         return None
     if creator.is_superuser:

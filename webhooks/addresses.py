@@ -22,6 +22,24 @@ class UrlError(ValueError):
     """A webhook URL engram will not POST to (a 400 at the API; a failed attempt later)."""
 
 
+# IPv6 ranges that carry an IPv4 address a router may reach: NAT64 (RFC 6052, RFC 8215),
+# 6to4, and the deprecated IPv4-compatible form. Python calls some of them global.
+_CARRIES_IPV4 = tuple(
+    ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "::/96")
+)
+
+
+def public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """A public address: global, and for IPv6 not one that carries an IPv4 address (whose
+    IPv4 address could be loopback or private)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return public(address.ipv4_mapped)
+        if any(address in network for network in _CARRIES_IPV4):
+            return False
+    return address.is_global
+
+
 def check_webhook_url(url: str) -> str:
     """The URL, if engram may POST to it now; else UrlError saying why."""
     try:
@@ -49,7 +67,7 @@ def addresses(url: str) -> list[str]:
     if may_fetch(url):
         return resolved
     for address in resolved:
-        if not ipaddress.ip_address(address.split("%")[0]).is_global:
+        if not public(ipaddress.ip_address(address.split("%")[0])):
             raise UrlError(
                 f"url: {host} resolves to {address}, a loopback, private, link-local or "
                 "reserved address; an operator may allow the host in ENGRAM_FETCH_ALLOWED_HOSTS."

@@ -164,9 +164,13 @@ def do_queue_profile_refreshes(project_id: uuid.UUID, profile_ids: Sequence[int]
 
 
 def do_release_profile(project_id: uuid.UUID, profile_id: int) -> None:
-    """A refresh that found nothing to do (profiles off, or no schema): no longer queued."""
+    """A refresh that found nothing to do (profiles off, or no schema): no longer queued, and
+    not due again until the user's memories change or the settings do (each moves the
+    profile's watermark), so the sweeper does not send it round after round."""
     with project_context(project_id):
-        UserProfile.objects.filter(project_id=project_id, pk=profile_id).update(queued_at=None)
+        UserProfile.objects.filter(project_id=project_id, pk=profile_id).update(
+            queued_at=None, attempted_at=timezone.now(), generated_through=F("changed_at")
+        )
 
 
 def do_record_profile(
@@ -193,6 +197,13 @@ def do_record_profile(
         if row is None:
             return False
         now = timezone.now()
+        if status != UserProfile.Status.FAILED and _outdated(row, through, memory_ids):
+            # The memories changed while it was built (a redaction, a purge, an erasure of
+            # some of them, a new memory): what it read may be gone, and must not come back.
+            # Nothing is written but the attempt; the next refresh builds from what is there.
+            row.queued_at, row.attempted_at = None, now
+            row.save(update_fields=["queued_at", "attempted_at"])
+            return True
         row.attempted_at = now
         row.queued_at = None
         row.generated_through = through
@@ -215,3 +226,14 @@ def do_record_profile(
                 row.updated_at = now
         row.save()
         return True
+
+
+def _outdated(row: UserProfile, through: datetime | None, memory_ids: Sequence[uuid.UUID]) -> bool:
+    """Whether a generation that read the memories as of `through` (and used `memory_ids`)
+    is older than what the user's memories are now."""
+    if row.changed_at != through:
+        return True
+    if not memory_ids:
+        return False
+    active = Memory.objects.filter(project_id=row.project_id, pk__in=memory_ids).active()
+    return active.count() != len(set(memory_ids))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
@@ -51,9 +52,11 @@ def foreign_field(filters: Any, depth: int = 0) -> str | None:
 
 class SummaryRequestSerializer(serializers.Serializer[dict[str, Any]]):
     filters = BoundedJSONField(
+        required=False,
         help_text="The scopes, in the filter language of the other endpoints, on user_id, "
         'agent_id, app_id, run_id and updated_at: {"user_id": "alice"} is Alice\'s own '
-        'summary, {"user_id": "*"} every user\'s.'
+        'summary, {"user_id": "*"} every user\'s. Left out (the client\'s get_summary() '
+        "without filters): every scope's, the most recent first.",
     )
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
@@ -66,7 +69,8 @@ class SummaryRequestSerializer(serializers.Serializer[dict[str, Any]]):
         return filters
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs["where"] = compiled(attrs["filters"])
+        attrs.setdefault("filters", {})
+        attrs["where"] = compiled(attrs["filters"]) if attrs["filters"] else Q()
         return attrs
 
 

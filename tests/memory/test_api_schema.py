@@ -42,6 +42,7 @@ from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from memory.text import embeddings
+from tenants.actions import do_create_project_key
 from tenants.db import project_context
 from tenants.models import Project
 from tests.base import BaseTestCase
@@ -64,7 +65,7 @@ TRIGGER = {"operation": "trigger", "entity_type": "user", "entity_id": "alice"}
 # API documents (503, the hosted embedder down) is caused below by pointing it at a closed port.
 NEEDS_A_LIVE_FAULT: dict[tuple[str, str, int], str] = {}
 # The project and member changes a key whose creator lacks the role refuses (the samples' key was
-# made at the server: it acts as an owner); tests/tenants/test_projects_api.py sends them.
+# made by a superuser: it acts as an owner); tests/tenants/test_projects_api.py sends them.
 PROJECT = "/api/v1/orgs/organizations/{org_id}/projects/"
 for _method, _path in [("post", ""), ("patch", "{project_id}/")] + [
     (m, "{project_id}/members/") for m in ("post", "put", "delete")
@@ -213,6 +214,10 @@ class ApiSchemaTestCase(BaseTestCase):
             ScopeSummary.objects.create(project=project, user_id="alice", text="Alice likes tea.")
         for name in ("bea", "cid"):
             get_user_model().objects.create_user(name, email=f"{name}@example.com")
+        # The samples' key acts as an owner: made by a superuser (a key made at the server, with
+        # no creator, acts as an admin and may not change members).
+        root = get_user_model().objects.create_superuser("root", email="root@example.com")
+        cls.alice = do_create_project_key(project, name="root's", created_by=root)
         # The webhook samples' webhooks (a public address: no DNS lookup, no receiver).
         with project_context(project.pk):
             cls.webhooks = [

@@ -73,8 +73,17 @@ class SummaryTestCase(BaseTestCase):
             detail = response.json()["detail"]
             assert detail.startswith("filters: a summary has no"), detail
 
-    def test_it_refuses_missing_or_malformed_filters(self) -> None:
-        assert self.call("post", "/v1/summary/", {}).status_code == 400
+    def test_without_filters_it_answers_every_scopes_summary(self) -> None:
+        """The Python client's get_summary() sends no filters at all."""
+        answer = self.call("post", "/v1/summary/", {})
+        assert answer.status_code == 200, answer.content
+        assert [(s["user_id"], s["agent_id"], s["summary"]) for s in answer.json()] == [
+            ("alice", "travel-bot", "Alice's chats with the travel bot."),
+            ("alice", None, "Alice plans a trip to Japan."),
+            ("bob", None, "Bob keeps bees."),
+        ]  # the most recent first; bob's empty one not written yet
+
+    def test_it_refuses_malformed_filters(self) -> None:
         assert self.summaries(["user_id"]).status_code == 400
         assert self.summaries({"user_id": {"gt": "a"}}).status_code == 400
 

@@ -362,3 +362,51 @@ def test_a_source_that_is_down_is_a_clear_error(oss: FakeOss) -> None:
     oss.close()
     with pytest.raises(CommandError, match=r"GET .*entities"):
         _import(oss_url=url, api_key=oss.key, org="engram", project="down")
+
+
+class Circular(FakeOss):
+    """A Platform-shaped source gone wrong: its entity pages point back at themselves, or its
+    memory pages ignore `page` and always answer the first one with `next` set."""
+
+    def __init__(self, *, loop_entities: bool) -> None:
+        super().__init__([], {})
+        self.loop_entities = loop_entities
+        self.memory_pages = 0
+        fake = self
+        handler = self.server.RequestHandlerClass
+
+        def do_get(self: Any) -> None:
+            if self.path.startswith("/v1/entities/"):
+                following = f"{fake.url}/v1/entities/?page=2" if fake.loop_entities else None
+                return self.reply(
+                    200,
+                    {"results": [{"type": "user", "name": "eve"}], "next": following},
+                )
+            if self.path.endswith("/history/"):
+                return self.reply(200, [])
+            return self.reply(404, {"detail": "Not Found"})
+
+        def do_post(self: Any) -> None:
+            fake.memory_pages += 1
+            row = _item(str(uuid.UUID(int=1)), "I like loops", user_id="eve")
+            return self.reply(200, {"count": 1, "next": "/v3/memories/?page=2", "results": [row]})
+
+        handler.do_GET = do_get  # type: ignore[attr-defined]
+        handler.do_POST = do_post  # type: ignore[attr-defined]
+
+
+def test_a_source_whose_pages_go_round_in_circles_ends() -> None:
+    entities = Circular(loop_entities=True)
+    try:
+        with pytest.raises(CommandError, match="came before"):
+            _import(api_url=entities.url, api_key="k", org="engram", project="circle")
+    finally:
+        entities.close()
+    pages = Circular(loop_entities=False)
+    try:
+        _import(api_url=pages.url, api_key="k", org="engram", project="same-page")
+    finally:
+        pages.close()
+    assert pages.memory_pages == 2  # the second page held nothing new: the scope ended
+    (memory,) = _memories(_project("engram", "same-page").pk).values()
+    assert memory.text == "I like loops"

@@ -21,7 +21,9 @@ def client(live_api: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> It
     monkeypatch.setenv("MEM0_DIR", str(tmp_path))
     from mem0 import MemoryClient
 
-    key = make_key("acme", "client-test")  # made at the server: acts as an owner
+    owner = get_user_model().objects.create_user("owen", email="owen@example.com")
+    key = make_key("acme", "client-test", created_by=owner)  # an owner's key
+    Membership.objects.create(organization=key.key.project.organization, user=owner, role="owner")
     client = MemoryClient(host=live_api, api_key=key.raw)
     yield client
     client.client.close()
@@ -69,11 +71,15 @@ def test_it_manages_members(client: Any) -> None:
     assert [(m["email"], m["role"]) for m in members] == [
         ("bob@example.com", "READER"),
         ("olga@example.com", "OWNER"),
+        ("owen@example.com", "OWNER"),
     ]
     client.project.update_member("bob@example.com", "OWNER")
     assert Membership.objects.get(user__username="bob").role == "owner"
     client.project.remove_member("bob@example.com")
-    assert [m["email"] for m in client.project.get_members()["members"]] == ["olga@example.com"]
+    assert [m["email"] for m in client.project.get_members()["members"]] == [
+        "olga@example.com",
+        "owen@example.com",
+    ]
 
 
 def test_it_refuses_to_delete_the_project(client: Any) -> None:
@@ -91,3 +97,4 @@ def test_it_answers_the_summaries(client: Any) -> None:
     [row] = client.get_summary(filters={"user_id": "alice"})
     assert (row["user_id"], row["summary"]) == ("alice", "Alice sails.")
     assert client.get_summary(filters={"user_id": "bob"}) == []
+    assert [row["user_id"] for row in client.get_summary()] == ["alice"]  # no filters: all

@@ -41,7 +41,7 @@ def error_detail(error: dict[str, Any]) -> str:
 
 @pytest.mark.usefixtures("worker")
 def test_every_platform_method_of_the_javascript_client(live_api: str, tmp_path: Path) -> None:
-    key = make_key("acme", "js-platform")  # made at the server: acts as an owner
+    key = make_key("acme", "js-platform")  # made at the server: acts as an admin
     project = key.key.project
     add_texts(project, FACTS, user_id="alice")
     rita = get_user_model().objects.create_user("rita", email="rita@example.com")
@@ -65,7 +65,7 @@ def test_every_platform_method_of_the_javascript_client(live_api: str, tmp_path:
     assert steps.ok("get_project_fields") == {
         "name": "js-platform",
         "customInstructions": "",
-        "userRole": "OWNER",
+        "userRole": "ADMIN",
         "decay": False,
     }
     assert steps.ok("update_project") == {"message": "Project updated successfully"}
@@ -73,7 +73,7 @@ def test_every_platform_method_of_the_javascript_client(live_api: str, tmp_path:
     assert (body["projectId"], body["name"], body["userRole"]) == (
         str(project.pk),
         "js-platform",
-        "OWNER",
+        "ADMIN",
     )
     assert body["customInstructions"] == "Only remember food."
     assert body["customCategories"] == [{"travel_plans": "Trips"}, "food"]  # names kept

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import dramatiq
 import pytest
@@ -374,6 +375,39 @@ class DebounceTestCase(BaseTestCase):
         found = profile_of(self.project)
         assert (found.profile, found.memory_ids, found.status) == ({}, [], "pending")
         assert "Lisbon" not in str(self.call("get", "/v2/entities/user/alice/profile/").json())
+
+    def test_a_build_that_overlaps_a_redaction_writes_nothing_back(self) -> None:
+        """The memory a running build read is redacted before the build records: the build's
+        result (with that memory's words) must not bring them back."""
+        memory_id = profile_of(self.project).memory_ids[0]
+        real_build = profiles.build
+
+        def build_then_redact(*args: Any) -> Any:
+            result = real_build(*args)
+            answer = self.call("post", f"/v1/memories/{memory_id}/redact/", {"reason": "GDPR"})
+            assert answer.status_code == 200, answer.content
+            return result
+
+        add_texts(self.alice.key.project, ["I love chess"], user_id="alice")
+        with mock.patch.object(profiles, "build", build_then_redact):
+            assert profiles.generate(self.project, "alice") == "succeeded"
+        found = profile_of(self.project)
+        assert (found.profile, found.memory_ids, found.generation_count) == ({}, [], 1)
+        assert found.attempted_at is not None and found.queued_at is None
+
+    def test_enabled_without_a_schema_is_not_sent_round_after_round(self) -> None:
+        write.do_update_profile_settings(self.project, schema=None)
+        long_ago = timezone.now() - timedelta(hours=1)
+        with project_context(self.project):
+            UserProfile.objects.update(
+                changed_at=long_ago, attempted_at=long_ago, generated_through=None
+            )
+        assert profiles.refresh_due() == 1
+        with project_context(self.project):
+            row = UserProfile.objects.get()
+        profiles.refresh_profile(row.pk, str(self.project))  # nothing to build: released
+        later = timezone.now() + 2 * profiles.debounce()
+        assert read.due_profiles(self.project, later, profiles.debounce()) == []
 
     def test_an_erasure_deletes_the_profile_and_the_id_from_jobs(self) -> None:
         with project_context(self.project):

@@ -14,7 +14,7 @@ from tests.factory import make_key
 
 
 class ProjectsApiTestCase(BaseTestCase):
-    """Alice's key was made at the server (no creator): it acts as an owner."""
+    """Alice's key was made at the server (no creator): it acts as an admin."""
 
     def setUp(self) -> None:
         self.project = self.alice.key.project
@@ -25,6 +25,10 @@ class ProjectsApiTestCase(BaseTestCase):
         user = User.objects.create_user(name, email=f"{name}@example.com")
         Membership.objects.create(organization=self.org, user=user, role=role)
         return user
+
+    def owners_key(self) -> Any:
+        """A key made by an owner of the organization (olivia): it may change members."""
+        return make_key("acme", "main", created_by=self.member("olivia", "owner"))
 
     def refreshed(self) -> Project:
         return Project.objects.get(pk=self.project.pk)
@@ -42,7 +46,7 @@ class ProjectsApiTestCase(BaseTestCase):
         assert body["members"] == [
             {"username": "olga", "email": "olga@example.com", "role": "OWNER"}
         ]
-        assert (body["multilingual"], body["decay"], body["user_role"]) == (True, False, "OWNER")
+        assert (body["multilingual"], body["decay"], body["user_role"]) == (True, False, "ADMIN")
         assert body["custom_categories"] == []
 
     def test_it_answers_only_the_fields_asked_for(self) -> None:
@@ -188,53 +192,65 @@ class ProjectsApiTestCase(BaseTestCase):
     # -- members -------------------------------------------------------------------------------
 
     def test_it_adds_changes_and_removes_a_member_by_email(self) -> None:
-        self.member("olga", "owner")
+        key = self.owners_key()
         User.objects.create_user("bob", email="Bob@Example.com")
         members = self.url + "members/"
-        assert self.call("post", members, {"email": "bob@example.com"}).status_code == 200
+        assert self.call("post", members, {"email": "bob@example.com"}, who=key).status_code == 200
         assert self.call("get", members).json()["members"][0] == {
             "username": "bob",
             "email": "Bob@example.com",  # as Django keeps it (the domain in lower case)
             "role": "READER",
         }
-        response = self.call("put", members, {"email": "bob@example.com", "role": "OWNER"})
+        body = {"email": "bob@example.com", "role": "OWNER"}
+        response = self.call("put", members, body, who=key)
         assert response.json() == {"message": "User role updated successfully."}
         assert Membership.objects.get(user__username="bob").role == "owner"
         response = self.client.delete(
-            members + "?email=bob@example.com", headers={"Authorization": f"Token {self.alice.raw}"}
+            members + "?email=bob@example.com", headers={"Authorization": f"Token {key.raw}"}
         )
         assert response.status_code == 200
         assert not Membership.objects.filter(user__username="bob").exists()
 
     def test_it_refuses_an_unknown_email_and_changes_nothing(self) -> None:
-        response = self.call("post", self.url + "members/", {"email": "nobody@example.com"})
+        key = self.owners_key()
+        body = {"email": "nobody@example.com"}
+        response = self.call("post", self.url + "members/", body, who=key)
         assert response.status_code == 404
         assert response.json()["detail"].startswith("No engram user has the email")
-        assert not Membership.objects.filter(organization=self.org).exists()
+        assert Membership.objects.filter(organization=self.org).count() == 1  # olivia
 
     def test_it_answers_404_for_a_member_not_in_the_organization(self) -> None:
         User.objects.create_user("bob", email="bob@example.com")
         body = {"email": "bob@example.com", "role": "READER"}
-        assert self.call("put", self.url + "members/", body).status_code == 404
+        assert (
+            self.call("put", self.url + "members/", body, who=self.owners_key()).status_code == 404
+        )
 
     def test_it_keeps_the_last_owner(self) -> None:
-        self.member("olga", "owner")
+        key = self.owners_key()
         members = self.url + "members/"
-        body = {"email": "olga@example.com", "role": "READER"}
-        assert self.call("put", members, body).status_code == 409
-        assert self.call("delete", members + "?email=olga@example.com").status_code == 409
-        assert Membership.objects.get(user__username="olga").role == "owner"
+        body = {"email": "olivia@example.com", "role": "READER"}
+        assert self.call("put", members, body, who=key).status_code == 409
+        gone = members + "?email=olivia@example.com"
+        assert self.call("delete", gone, who=key).status_code == 409
+        assert Membership.objects.get(user__username="olivia").role == "owner"
 
     def test_only_an_owners_key_changes_members(self) -> None:
         admin = self.member("adam", "admin")
-        key = make_key("acme", "main", created_by=admin)
         User.objects.create_user("bob", email="bob@example.com")
-        response = self.call("post", self.url + "members/", {"email": "bob@example.com"}, who=key)
-        assert response.status_code == 403
-        assert self.call("get", self.url + "members/", who=key).status_code == 200
+        body = {"email": "bob@example.com", "role": "OWNER"}
+        # An admin's key, and a key made at the server (no creator: an application's), which
+        # may change settings but must not hand out access to the organization.
+        for key in (make_key("acme", "main", created_by=admin), self.alice):
+            response = self.call("post", self.url + "members/", body, who=key)
+            assert response.status_code == 403
+            assert self.call("get", self.url + "members/", who=key).status_code == 200
+        assert self.patch({"custom_instructions": "x"}).status_code == 200
+        assert not Membership.objects.filter(user__username="bob").exists()
 
     def test_it_refuses_an_unknown_role(self) -> None:
+        key = self.owners_key()
         User.objects.create_user("bob", email="bob@example.com")
         body = {"email": "bob@example.com", "role": "GOD"}
-        assert self.call("post", self.url + "members/", body).status_code == 400
-        assert not Membership.objects.exists()
+        assert self.call("post", self.url + "members/", body, who=key).status_code == 400
+        assert not Membership.objects.filter(user__username="bob").exists()

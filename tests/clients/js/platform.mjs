@@ -7,7 +7,7 @@
 // Prints one JSON document on stdout, what each step returned or raised (harness.mjs); the STEPS
 // table works as client.mjs's. tests/memory/test_mem0_js_client_platform.py asserts them.
 //
-// What the caller provides: ENGRAM_API_KEY acting as an owner of its organization, with user
+// What the caller provides: ENGRAM_API_KEY acting as an admin of its organization, with user
 // alice holding a few memories (profiles are generated from them, by a worker that runs while
 // the script does); ENGRAM_READER_API_KEY, a key of the same project made by a reader; and
 // ENGRAM_WEBHOOK_URL, a URL the operator allows (ENGRAM_FETCH_ALLOWED_HOSTS). Nothing is
