@@ -378,18 +378,17 @@ class Circular(FakeOss):
         def do_get(self: Any) -> None:
             if self.path.startswith("/v1/entities/"):
                 following = f"{fake.url}/v1/entities/?page=2" if fake.loop_entities else None
-                return self.reply(
-                    200,
-                    {"results": [{"type": "user", "name": "eve"}], "next": following},
-                )
-            if self.path.endswith("/history/"):
-                return self.reply(200, [])
-            return self.reply(404, {"detail": "Not Found"})
+                body = {"results": [{"type": "user", "name": "eve"}], "next": following}
+                self.reply(200, body)
+            elif self.path.endswith("/history/"):
+                self.reply(200, [])
+            else:
+                self.reply(404, {"detail": "Not Found"})
 
         def do_post(self: Any) -> None:
             fake.memory_pages += 1
             row = _item(str(uuid.UUID(int=1)), "I like loops", user_id="eve")
-            return self.reply(200, {"count": 1, "next": "/v3/memories/?page=2", "results": [row]})
+            self.reply(200, {"count": 1, "next": "/v3/memories/?page=2", "results": [row]})
 
         handler.do_GET = do_get  # type: ignore[attr-defined]
         handler.do_POST = do_post  # type: ignore[attr-defined]
