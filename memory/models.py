@@ -282,6 +282,9 @@ class MemoryEvent(Scoped):
     # "added", "invalidated"} (memory.extraction.graph_step.record_graph); {} until processed.
     graph = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
+    # Set when the user's messages state something in the first person but extraction found no
+    # fact at all (extraction.pipeline.NOTHING_EXTRACTED): a model that may not be working.
+    warning = models.TextField(blank=True, default="")
     extractor = models.CharField(max_length=20, blank=True, default="")
     attempts = models.PositiveSmallIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)

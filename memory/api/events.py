@@ -29,6 +29,7 @@ def event_data(event: MemoryEvent) -> dict[str, Any]:
         "metadata": event.payload.get("metadata") or {},
         "results": event.results,
         "error": event.error or None,
+        "warning": event.warning or None,
         "extractor": event.extractor or None,
         "attempts": event.attempts,
         "usage": event.usage,
@@ -72,6 +73,13 @@ def event_detail(request: Request, event_id: uuid.UUID) -> Response:
             enum=[*MemoryEvent.Status.values, ""],
             description="Any case; empty or absent: every status.",
         ),
+        OpenApiParameter(
+            "warning",
+            str,
+            enum=["true", "false", ""],
+            description="true: only requests with a warning (first-person statements, no fact "
+            "extracted); false: only those without; empty or absent: all. Any case.",
+        ),
         *r.paging(MemoryPagination.max_page_size),
         r.RETRY_AFTER,
     ],
@@ -84,11 +92,19 @@ def event_list(request: Request) -> Response:
         raise serializers.ValidationError(
             {"status": f"must be one of {', '.join(MemoryEvent.Status.values)}."}
         )
+    warned = (request.query_params.get("warning") or "").lower()
+    if warned not in ("true", "false", ""):
+        raise serializers.ValidationError({"warning": "must be true or false."})
     _positive(request, "page")
     _positive(request, "page_size", MemoryPagination.max_page_size)
     with tenant(request) as project:
         paginator = MemoryPagination()
-        page = paginator.paginate_queryset(queries.events(project, wanted or None), request) or []
+        found = queries.events(project, wanted or None)
+        if warned == "true":
+            found = found.exclude(warning="")
+        elif warned == "false":
+            found = found.filter(warning="")
+        page = paginator.paginate_queryset(found, request) or []
         note_access(request, result_count=len(page))
     return paginator.get_paginated_response([event_data(e) for e in page])
 

@@ -256,6 +256,12 @@ class EventSerializer(Closed):
     metadata = serializers.DictField(child=serializers.JSONField())
     results = EventResultSerializer(many=True)
     error = serializers.CharField(allow_null=True)
+    warning = serializers.CharField(
+        allow_null=True,
+        help_text="Set when the request's user messages hold first-person statements but "
+        "extraction found no fact at all (a model that may not be working); the request still "
+        "SUCCEEDED. Filter the list with ?warning=true.",
+    )
     extractor = serializers.CharField(allow_null=True, help_text="Which extractor processed it.")
     attempts = serializers.IntegerField()
     usage = serializers.DictField(child=serializers.JSONField(), help_text="Model tokens used.")

@@ -49,9 +49,10 @@ def apply(
     *,
     metadata: dict[str, Any] | None = None,
     plan: GraphPlan | None = None,
+    warning: str = "",
 ) -> None:
-    """Apply every decision and the graph plan, and finish the event, in one transaction, or
-    nothing at all."""
+    """Apply every decision and the graph plan, and finish the event (with its `warning`, if
+    any), in one transaction, or nothing at all."""
     # Most decisions keep the candidate's text, whose vector is known; embed only new wording.
     vectors: dict[str, Any] = dict(
         zip((f.text for f in prepared.facts), prepared.vectors, strict=True)
@@ -108,6 +109,7 @@ def apply(
         event.extractor = run.extractor
         event.usage = run.usage.counts()
         event.error = "; ".join(rejected + run.usage.notes)
+        event.warning = warning
         event.completed_at = timezone.now()
         event.lease_until = None
         event.timings = {"total_ms": round((time.perf_counter() - run.started) * 1000, 1)}

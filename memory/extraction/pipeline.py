@@ -29,8 +29,14 @@ This module owns the order of the steps; each step is its own module:
 It exports the claim's functions and the failures a run raises (`__all__`) for callers that
 drive an attempt step by step.
 
-May import those modules, llm.types and llm.claude (a failure's Retry-After), memory.models,
-memory.queries, memory.text and tenants; writes go through extraction.apply (memory.actions).
+An event whose user messages hold first-person statements but whose extraction found no fact
+at all is finished with a `warning` (`NOTHING_EXTRACTED`), so a model that is not working is
+seen rather than silent: `states_first_person` reads the statements as the offline extractor
+does.
+
+May import those modules, llm.types, llm.claude (a failure's Retry-After) and llm.offline (what
+a first-person statement is), memory.models, memory.queries, memory.text and tenants; writes go
+through extraction.apply (memory.actions).
 """
 
 from __future__ import annotations
@@ -56,10 +62,12 @@ from memory.extraction.decide import Prepared, capped, checked_categories, prepa
 from memory.extraction.documents import read_documents
 from memory.extraction.graph_step import plan_graph, superseding
 from memory.extraction.llm.claude import requested_wait
+from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.llm.types import Context, Decision, Extractor, Fact, ModelOutputError, Usage
 from memory.models import SCOPE_FIELDS, MemoryEvent, ScopeSummary
 from memory.queries import scope_lookup
 from memory.text.embeddings import embed
+from memory.text.recognise import mentions_self
 from tenants.db import project_context
 
 __all__ = [
@@ -90,6 +98,13 @@ MAX_BACKOFF_MS = 300_000
 
 # A summary refresh folds in at most this many requests (the most recent ones).
 SUMMARY_EVENTS_AT_MOST = 20
+
+# The warning of an event whose user messages state something in the first person but whose
+# extraction found no fact at all (MemoryEvent.warning).
+NOTHING_EXTRACTED = (
+    "the user's messages hold first-person statements, but extraction found no fact in them: "
+    "check that the model follows the output schema (or the request's instructions)"
+)
 
 
 def attempt(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> int | None:
@@ -151,6 +166,7 @@ def run(claimed: Claim, extractor: Extractor) -> None:
         renew(claimed)
         facts, usage = extractor.extract(context)
         job.usage.add(usage)
+        warning = "" if facts or not states_first_person(context) else NOTHING_EXTRACTED
         facts, dropped = capped(facts)
         notes += dropped
         facts, dropped = checked_categories(facts, context.categories)
@@ -181,7 +197,19 @@ def run(claimed: Claim, extractor: Extractor) -> None:
     plan = plan_graph(job, facts, chosen, extractor)
     chosen = superseding(claimed.project_id, scope, chosen, plan)
     renew(claimed)
-    apply(job, prepared, chosen, notes + settled, plan=plan)
+    apply(job, prepared, chosen, notes + settled, plan=plan, warning=warning)
+
+
+def states_first_person(context: Context) -> bool:
+    """Whether the user's new messages hold a first-person statement: a sentence the offline
+    extractor keeps (not a question, a greeting or a filler such as "I see") that speaks in the
+    first person singular ("I", "I'm", "my", "me"). An agent's scope extracts the agent's
+    statements, not the user's: never there."""
+    if context.about_agent:
+        return False
+    said = [t for t in context.new_messages if t.role == "user"]
+    facts, _ = OfflineExtractor().extract(Context(said, context.observed_on))
+    return any(mentions_self(f.text) for f in facts)
 
 
 def store_procedure(

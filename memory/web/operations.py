@@ -54,6 +54,7 @@ class EventFilterForm(forms.Form):
     status = forms.ChoiceField(choices=[("", "Any"), *MemoryEvent.Status.choices], required=False)
     user_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="User id")
     agent_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="Agent id")
+    warning = forms.BooleanField(required=False, label="Only with a warning")
 
 
 def usage_since(days: int = USAGE_DAYS) -> datetime:
@@ -64,8 +65,10 @@ def usage_since(days: int = USAGE_DAYS) -> datetime:
 
 @operator_page()
 def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    """The add requests, 25 a page; the model usage of the last 30 days per day, per user and
-    per agent; filtered by a user, that user's usage per day."""
+    """The add requests, 25 a page; how many of the last 30 days' extracted nothing from
+    first-person messages (a warning: a model that may not be working); the model usage of the
+    last 30 days per day, per user and per agent; filtered by a user, that user's usage per
+    day."""
     form = EventFilterForm(request.GET)
     wanted = form.cleaned_data if form.is_valid() else {}
     user_id = wanted.get("user_id") or None
@@ -75,8 +78,13 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         user_id=user_id,
         agent_id=wanted.get("agent_id") or None,
     ).defer("payload", "results", "graph")  # the list shows none of them
+    if wanted.get("warning"):
+        found = found.exclude(warning="")
     page = Paginator(found, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
     since = usage_since()
+    warned = (
+        queries.events(dash.project.pk).filter(created_at__gte=since).exclude(warning="").count()
+    )
     days = queries.usage_per_day(dash.project.pk, since=since)
     totals = {key: sum(day[key] for day in days) for key in USAGE_KEYS}
     per_scope = {
@@ -92,6 +100,7 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "section": "events",
         "form": form,
         "page": page,
+        "warned": warned,
         "days": days,
         "totals": totals,
         "usage_days": USAGE_DAYS,

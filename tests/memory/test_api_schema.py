@@ -39,6 +39,7 @@ from memory.api.events import event_data
 from memory.api.memories import history_data
 from memory.api.serializers import AddSerializer, memory_data
 from memory.extraction.llm.offline import OfflineExtractor
+from memory.extraction.llm.types import Context, Fact, Usage
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from memory.text import embeddings
@@ -152,6 +153,13 @@ def template(path: str) -> str:
     return "/" + route
 
 
+class Silent(OfflineExtractor):
+    """A model that finds nothing: its requests get the first-person warning."""
+
+    def extract(self, context: Context) -> tuple[list[Fact], Usage]:
+        return [], Usage()
+
+
 @dataclass(frozen=True)
 class Sample:
     """A request and the status it must get. `fault`: what goes wrong around it, if anything."""
@@ -194,6 +202,8 @@ class ApiSchemaTestCase(BaseTestCase):
             done = cls.queue("I moved to Lisbon last year.")
             process_event(done.id, project.pk, OfflineExtractor())
             pending = cls.queue("I started learning Portuguese.")
+            warned = cls.queue("I work at a bakery in Porto.")
+            process_event(warned.id, project.pk, Silent())
             export = actions.do_create_export(
                 project, schema={}, filters=ALICE["filters"], result=[memory_data(tea)]
             )
@@ -208,6 +218,7 @@ class ApiSchemaTestCase(BaseTestCase):
         graph.invalidate_relations(project.pk, alice, source="alice", destination="bike")
         cls.ids = {"tea": tea.id, "cat": cat.id, "bike": bike.id, "chess": chess.id, "dog": dog.id}
         cls.ids |= {"done": done.id, "pending": pending.id, "export": export.id}
+        cls.ids |= {"warned": warned.id}
         cls.ids |= {"erasure": erasure.id, "job": job.id}
         # What the summary samples read, and the user the member samples add.
         with project_context(project.pk):
@@ -327,6 +338,9 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(404, "get", f"/v1/event/{MISSING}/"),
             Sample(200, "get", "/v1/events/"),
             Sample(400, "get", "/v1/events/?status=lost"),
+            Sample(200, "get", f"/v1/event/{i['warned']}/"),
+            Sample(200, "get", "/v1/events/?warning=true"),
+            Sample(400, "get", "/v1/events/?warning=maybe"),
             Sample(404, "get", "/v1/events/?page=99"),
             Sample(201, "post", "/v1/exports/", {"schema": {"type": "object"}, **ALICE}),
             Sample(400, "post", "/v1/exports/", {"filters": {"x": 1}}),

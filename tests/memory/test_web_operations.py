@@ -276,15 +276,15 @@ class EventsTestCase(OperationsTestCase):
         self.client.force_login(self.rita)
         self.client.get(self.url("events"))  # the connection then knows its tenant setting
         # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
-        # 6 project setting, 7 count of events, 8 usage per day of the events kept, 9 of those
-        # erased, 10 usage per user (one GROUP BY, LIMIT 25), 11 usage per agent (the same),
-        # 12 switcher's projects, 13 the page of events (read by the template), 14 setting
-        # cleared, 15 release.
-        with self.assertNumQueries(15):
-            assert self.client.get(self.url("events")).status_code == 200
-        # Filtered by a user: ... 12 that user's usage per day (one GROUP BY, LIMIT 30), 13
-        # switcher's projects, 14 the page, 15 setting cleared, 16 release.
+        # 6 project setting, 7 count of events, 8 count of the last 30 days' warned events,
+        # 9 usage per day of the events kept, 10 of those erased, 11 usage per user (one
+        # GROUP BY, LIMIT 25), 12 usage per agent (the same), 13 switcher's projects, 14 the
+        # page of events (read by the template), 15 setting cleared, 16 release.
         with self.assertNumQueries(16):
+            assert self.client.get(self.url("events")).status_code == 200
+        # Filtered by a user: ... 13 that user's usage per day (one GROUP BY, LIMIT 30), 14
+        # switcher's projects, 15 the page, 16 setting cleared, 17 release.
+        with self.assertNumQueries(17):
             assert self.client.get(self.url("events"), {"user_id": "alice"}).status_code == 200
 
     def usage_fixture(self) -> None:

@@ -2,7 +2,8 @@
 
 Every call is one forced tool use (llm.schemas), its reply checked before it is read: a refusal
 fails at once, a reply cut off at max_tokens is asked for again with the full budget, a missing
-or malformed tool input once more; what every call cost is summed in a Usage. Images and PDFs of
+or malformed tool input once more (the same request with a note of what was wrong: `reasked`);
+what every call cost is summed in a Usage. Images and PDFs of
 the new messages go along as content blocks. Retries of the API's own failures (429, 5xx,
 timeouts) are the SDK's, except that a long Retry-After is not waited out in a worker: the
 event's own retry waits for it (`requested_wait`, extraction.pipeline.backoff).
@@ -168,7 +169,10 @@ class ClaudeExtractor:
         `budget` is the call's max_tokens, capped by ENGRAM_LLM_MAX_TOKENS. The reply is
         checked before it is parsed: a refusal fails at once; a reply cut off at max_tokens is
         asked for again with the full ENGRAM_LLM_MAX_TOKENS; no tool call, or a malformed tool
-        input, is asked for once more. Thinking is off (a forced tool call cannot think).
+        input, is asked for once more (`reasked`: the same request, a note of what was wrong
+        appended), then fails with the reason. So a call is made at most three times: once,
+        once more with the full budget, once more with the note. Thinking is off (a forced tool
+        call cannot think).
         """
         blocks = attachment_blocks(attached)
         text: TextBlockParam = {"type": "text", "text": prompt}
@@ -179,7 +183,8 @@ class ClaudeExtractor:
         usage = Usage()
         limit = min(budget or self.max_tokens, self.max_tokens)
         problem = ""
-        for _ in range(2):
+        reasked = False
+        while True:
             response = self.client.messages.create(
                 model=self.model,
                 max_tokens=limit,
@@ -208,15 +213,20 @@ class ClaudeExtractor:
             )
             if data is None:
                 problem = f"the model did not call {name}"
-                continue
-            notes: list[str] = []
-            try:
-                result = parse(data, notes)
-            except ModelOutputError as exc:
-                problem = str(exc)
-                continue
-            usage.notes += notes
-            return result, usage
+            else:
+                notes: list[str] = []
+                try:
+                    result = parse(data, notes)
+                except ModelOutputError as exc:
+                    problem = str(exc)
+                else:
+                    usage.notes += notes
+                    return result, usage
+            if reasked:
+                problem += " (asked twice)"
+                break
+            reasked = True
+            messages = [{"role": "user", "content": reasked_content(content, name, problem)}]
         raise ModelOutputError(problem, usage)
 
     def extract(self, context: Context) -> tuple[list[Fact], Usage]:
@@ -363,6 +373,26 @@ class ClaudeExtractor:
             return parse_profile(data, schema, notes)
 
         return self._call(system, prompt, profile_tool(schema), parse, budget=PROFILE_TOKENS)
+
+
+# The note appended to a request asked again after an unusable reply, and the most of the
+# problem it quotes (a validation error can be long).
+REASK_NOTE = (
+    "Your previous reply could not be used: {problem}. Call the {name} tool once more, with an "
+    "input that matches its schema exactly."
+)
+REASK_PROBLEM_CHARS = 500
+
+
+def reasked_content(
+    content: str | list[ContentBlockParam], name: str, problem: str
+) -> str | list[ContentBlockParam]:
+    """The first request's content with a note of what was wrong with its reply appended."""
+    note = REASK_NOTE.format(problem=problem[:REASK_PROBLEM_CHARS], name=name)
+    if isinstance(content, str):
+        return f"{content}\n\n{note}"
+    block: TextBlockParam = {"type": "text", "text": note}
+    return [*content, block]
 
 
 ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
