@@ -73,6 +73,7 @@ MODEL_FIELDS: dict[str, tuple[type[models.Model], tuple[str, ...]]] = {
             "results",
             "graph",
             "error",
+            "warning",
             "extractor",
             "attempts",
             "usage",
@@ -142,6 +143,8 @@ MODEL_FIELDS: dict[str, tuple[type[models.Model], tuple[str, ...]]] = {
 }
 # A record's key for a field: its attname, but `replaced_by` for the supersession link.
 _KEYS = {"replaced_by_id": "replaced_by"}
+# Fields a record of an earlier engram may lack, and the value they then take.
+_LATER_FIELDS: dict[str, Any] = {"warning": ""}
 
 
 class FormatError(ValueError):
@@ -205,6 +208,9 @@ def row_values(
     values: dict[str, Any] = {}
     for attname in fields:
         key = key_of(attname)
+        if key not in record and attname in _LATER_FIELDS:
+            values[attname] = _LATER_FIELDS[attname]
+            continue
         if key not in record:
             raise FormatError(f"a {kind} record needs {key!r}")
         field = _by_attname(model)[attname]

@@ -38,7 +38,7 @@ from memory.models import (
     ScopeSummary,
 )
 from memory.text.embeddings import embed
-from memory.transfer_format import MEMORY, FormatError, record_of
+from memory.transfer_format import MEMORY, FormatError, record_of, row_values
 from tenants.actions import do_create_project_key
 from tenants.db import project_context
 from tenants.models import Project
@@ -552,3 +552,17 @@ class RecordFuzzTestCase(HypothesisTestCase):
         target = transfer_actions.Target(self.project.pk, 384)
         with contextlib.suppress(FormatError):
             transfer_actions.do_import_batch(target, "entity", [record])
+
+
+def test_an_event_record_of_an_earlier_engram_without_a_warning_reads_as_none() -> None:
+    """MemoryEvent.warning came after the format's version 1: a file without it still loads."""
+    record: dict[str, Any] = {
+        "type": "event", "id": str(uuid.uuid4()), "user_id": "alice", "agent_id": None,
+        "app_id": None, "run_id": None, "status": "SUCCEEDED", "payload": {}, "results": [],
+        "graph": {}, "error": "", "extractor": "offline", "attempts": 1, "usage": {},
+        "timings": {}, "created_at": "2026-01-01T00:00:00+00:00", "started_at": None,
+        "completed_at": None, "reverted_at": None, "reverted_by": "", "reversal": {},
+    }  # fmt: skip
+    assert row_values("event", record, dimensions=384)["warning"] == ""
+    with pytest.raises(FormatError, match="needs 'error'"):
+        row_values("event", {k: v for k, v in record.items() if k != "error"}, dimensions=384)
