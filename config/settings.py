@@ -373,10 +373,37 @@ if env_str("ENGRAM_SEARCH_ENTITY_SIMILARITY", ""):
 # requests, so turn-by-turn adds rank like a session added at once. 0: per request only.
 ENGRAM_CONVERSATION_GAP_SECONDS = env_int("ENGRAM_CONVERSATION_GAP_SECONDS", 1800, minimum=0)
 
-# --- Extraction (Claude) and the job queue ----------------------------------------------------
-# Without a key, a deterministic offline extractor stands in (see memory/extraction/llm/offline.py).
+# --- Extraction (a model) and the job queue ---------------------------------------------------
+# Which model extracts (memory/extraction/llm/provider.py): "claude" (the anthropic SDK),
+# "openai" (any endpoint speaking OpenAI's Chat Completions: OpenAI, Ollama, vLLM, LM Studio),
+# "offline" (deterministic rules, no model: memory/extraction/llm/offline.py), or "auto": Claude
+# when ANTHROPIC_API_KEY is set, the offline extractor otherwise.
+ENGRAM_LLM_PROVIDER = env_choice(
+    "ENGRAM_LLM_PROVIDER", "auto", ("auto", "claude", "openai", "offline")
+)
 ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_optional("ANTHROPIC_BASE_URL")
+# The OpenAI-compatible endpoint (its base URL ends in /v1), its key (none for a local server)
+# and how the model is made to answer in the schema: "tools" (a forced function call),
+# "json_schema" (structured output), or "auto" (tools, and structured output from the first
+# time the endpoint refuses a tools request). Images are sent only with ENGRAM_OPENAI_IMAGES
+# (a vision model); PDFs never (they are skipped, with a note on the event).
+ENGRAM_OPENAI_BASE_URL = env_str("ENGRAM_OPENAI_BASE_URL", "https://api.openai.com/v1")
+ENGRAM_OPENAI_API_KEY = env_secret("ENGRAM_OPENAI_API_KEY")
+ENGRAM_OPENAI_OUTPUT = env_choice("ENGRAM_OPENAI_OUTPUT", "auto", ("auto", "tools", "json_schema"))
+ENGRAM_OPENAI_IMAGES = env_bool("ENGRAM_OPENAI_IMAGES", False)
+# The extractor this deployment runs, as ENGRAM_LLM_PROVIDER resolves: claude, openai, offline.
+ENGRAM_EXTRACTOR = ENGRAM_LLM_PROVIDER
+if ENGRAM_EXTRACTOR == "auto":
+    ENGRAM_EXTRACTOR = "claude" if ANTHROPIC_API_KEY else "offline"
+if ENGRAM_EXTRACTOR == "claude" and not ANTHROPIC_API_KEY:
+    raise ImproperlyConfigured("ENGRAM_LLM_PROVIDER=claude needs ANTHROPIC_API_KEY.")
+if ENGRAM_EXTRACTOR == "openai" and not env_optional("ENGRAM_LLM_MODEL"):
+    raise ImproperlyConfigured(
+        "ENGRAM_LLM_PROVIDER=openai needs ENGRAM_LLM_MODEL: the model's name at the endpoint "
+        "(e.g. gpt-4.1-mini, or qwen3:8b for Ollama)."
+    )
+# The model's name at its provider.
 ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL", "claude-haiku-5-5")
 ENGRAM_LLM_MAX_TOKENS = env_int("ENGRAM_LLM_MAX_TOKENS", 2048, minimum=256)
 ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)

@@ -67,8 +67,14 @@ status=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Token $(cat "
     "http://127.0.0.1:$PORT/v1/ping/")
 if [ "$status" = "401" ]; then mint_key; fi
 
-EXTRACTOR="offline extractor (no ANTHROPIC_API_KEY)"
-[ -n "${ANTHROPIC_API_KEY:-}" ] && EXTRACTOR="Claude ${ENGRAM_LLM_MODEL:-claude-haiku-5-5}"
+# The extractor as the settings resolve it (config/settings.py ENGRAM_LLM_PROVIDER).
+case "${ENGRAM_LLM_PROVIDER:-auto}" in
+    claude) EXTRACTOR="Claude ${ENGRAM_LLM_MODEL:-claude-haiku-5-5}" ;;
+    openai) EXTRACTOR="${ENGRAM_LLM_MODEL:-} at ${ENGRAM_OPENAI_BASE_URL:-https://api.openai.com/v1}" ;;
+    offline) EXTRACTOR="offline extractor (ENGRAM_LLM_PROVIDER=offline)" ;;
+    *) EXTRACTOR="offline extractor (no ANTHROPIC_API_KEY)"
+       [ -n "${ANTHROPIC_API_KEY:-}" ] && EXTRACTOR="Claude ${ENGRAM_LLM_MODEL:-claude-haiku-5-5}" ;;
+esac
 cat <<MSG
 
   engram is running (web server, extraction worker: $EXTRACTOR).

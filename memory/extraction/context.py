@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 from memory.extraction.llm.types import Context, Extractor, Turn
 from memory.models import MemoryEvent, ScopeSummary
-from memory.parts import describe, parse_part
+from memory.parts import IMAGE, describe, parse_part
 from memory.queries import scope_lookup
 
 RECENT_TURNS = 10
@@ -44,14 +44,13 @@ DEFAULT_CATEGORIES = (
 
 
 def skipped_parts(context: Context, extractor: Extractor) -> list[str]:
-    """The event's notes on the images and PDFs an extractor without a model cannot read."""
-    if extractor.reads_attachments:
-        return []
+    """The event's notes on the images and PDFs the extractor's model is not shown."""
     return [
         f"message {turn.position}: {turn.part.type} skipped, the {extractor.name} extractor "
-        "reads text only (images and PDFs need ANTHROPIC_API_KEY)"
+        f"does not read {'images' if turn.part.type == IMAGE else 'PDFs'} (see the extraction "
+        "settings)"
         for turn in context.new_messages
-        if turn.part is not None
+        if turn.part is not None and turn.part.type not in extractor.attachments
     ]
 
 

@@ -34,7 +34,7 @@ at all is finished with a `warning` (`NOTHING_EXTRACTED`), so a model that is no
 seen rather than silent: `states_first_person` reads the statements as the offline extractor
 does.
 
-May import those modules, llm.types, llm.claude (a failure's Retry-After) and llm.offline (what
+May import those modules, llm.types, llm.waits (a failure's Retry-After) and llm.offline (what
 a first-person statement is), memory.models, memory.queries, memory.text and tenants; writes go
 through extraction.apply (memory.actions).
 """
@@ -61,9 +61,9 @@ from memory.extraction.context import build_context, message_turn, shortened, sk
 from memory.extraction.decide import Prepared, capped, checked_categories, prepare, settle
 from memory.extraction.documents import read_documents
 from memory.extraction.graph_step import plan_graph, superseding
-from memory.extraction.llm.claude import requested_wait
 from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.llm.types import Context, Decision, Extractor, Fact, ModelOutputError, Usage
+from memory.extraction.llm.waits import requested_wait
 from memory.models import SCOPE_FIELDS, MemoryEvent, ScopeSummary
 from memory.queries import scope_lookup
 from memory.text.embeddings import embed

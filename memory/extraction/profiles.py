@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from memory import graph, jobs
 from memory.actions import profiles as write
-from memory.extraction.llm.claude import ClaudeExtractor
+from memory.extraction.llm.model import ModelExtractor
 from memory.extraction.llm.offline import offline_triples
 from memory.extraction.llm.provider import get_extractor
 from memory.extraction.llm.schemas import profile_value_fits
@@ -184,12 +184,13 @@ def build(
     facts: Sequence[Fact],
     sources: Sequence[ProfileSource],
 ) -> tuple[dict[str, Any], str, dict[str, int]]:
-    """The profile, who built it ("claude" or "graph") and the model usage it took."""
+    """The profile, who built it (the model's provider, "claude" or "openai", or "graph")
+    and the model usage it took."""
     extractor = get_extractor()
-    if not isinstance(extractor, ClaudeExtractor):
+    if not isinstance(extractor, ModelExtractor):
         return fill_from_facts(schema, user_id, facts, sources), "graph", {}
     profile, spent = extractor.profile(schema, instructions, profile_prompt(facts, sources))
-    return profile, "claude", {k: v for k, v in spent.counts().items() if v}
+    return profile, extractor.name, {k: v for k, v in spent.counts().items() if v}
 
 
 def bounded(sources: Sequence[ProfileSource]) -> list[ProfileSource]:

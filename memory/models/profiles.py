@@ -62,7 +62,8 @@ class UserProfile(models.Model):
     # When a refresh was sent to the worker (one at a time); cleared when it has run.
     queued_at = models.DateTimeField(null=True, blank=True)
     memory_ids = ArrayField(models.UUIDField(), default=list, blank=True)
-    # "claude" or "graph" (the deterministic generator), of the last generation.
+    # "claude" or "openai" (the model's provider), or "graph" (the deterministic generator),
+    # of the last generation.
     generator = models.CharField(max_length=20, blank=True, default="")
     error = models.TextField(blank=True, default="")
     # Model usage of every generation, summed ({"calls", "input_tokens", "output_tokens"}).

@@ -111,8 +111,9 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "user_days": user_days,
         "user_totals": {key: sum(day[key] for day in user_days) for key in USAGE_KEYS},
         # What extracts new requests as this server is configured (the worker reads the same
-        # settings): Claude with its model, or the offline extractor without a key.
-        "model": settings.ENGRAM_LLM_MODEL if settings.ANTHROPIC_API_KEY else "",
+        # settings): a model (its provider and name), or the offline extractor.
+        "extractor": settings.ENGRAM_EXTRACTOR,
+        "model": settings.ENGRAM_LLM_MODEL if settings.ENGRAM_EXTRACTOR != "offline" else "",
         "tz": timezone.get_current_timezone_name(),
     }
     return render(request, "web/operator/events.html", context)

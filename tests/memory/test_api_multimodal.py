@@ -409,9 +409,9 @@ class MultimodalTestCase(BaseTestCase):
         assert done.status == "SUCCEEDED"
         assert self.memories() == ["I adopted a grey cat named Miso."]
         assert done.error == (
-            "message 1: image_url skipped, the offline extractor reads text only (images and "
-            "PDFs need ANTHROPIC_API_KEY); message 2: pdf_url skipped, the offline extractor "
-            "reads text only (images and PDFs need ANTHROPIC_API_KEY)"
+            "message 1: image_url skipped, the offline extractor does not read images (see the "
+            "extraction settings); message 2: pdf_url skipped, the offline extractor does not "
+            "read PDFs (see the extraction settings)"
         )
         assert self.fake.requests == []
 

@@ -128,7 +128,9 @@ def plant(client: Any, world: World, claude: ClaudeExtractor, user: str) -> Plan
     call(client, key, "get", f"/v1/memories/?user_id={user}")
     # The user's profile, built by Claude from their memories (the locker among them).
     with override_settings(
-        ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=str(claude.client.base_url)
+        ENGRAM_EXTRACTOR="claude",
+        ANTHROPIC_API_KEY="sk-test",
+        ANTHROPIC_BASE_URL=str(claude.client.base_url),
     ):
         assert profiles.generate(world.project, user) == "succeeded"
     return Planted(raw=raw, fact=fact, event=str(event))

@@ -11,11 +11,13 @@ import anthropic
 import httpx
 import pytest
 
-from memory.extraction.llm.claude import ClaudeExtractor, retry_after_seconds
+from memory.extraction.llm.claude import ClaudeExtractor
 from memory.extraction.llm.offline import OfflineExtractor
+from memory.extraction.llm.openai_compat import OpenAIExtractor
 from memory.extraction.llm.provider import get_extractor
 from memory.extraction.llm.schemas import DECIDE_TOKENS_BASE, DECIDE_TOKENS_PER_FACT
 from memory.extraction.llm.types import Context, Existing, Fact, ModelOutputError, Turn
+from memory.extraction.llm.waits import retry_after_seconds
 from tests.fake_anthropic import FakeClaude, Reply
 
 MODEL = "claude-haiku-5-5"
@@ -241,6 +243,7 @@ def test_it_decides_offline_by_similarity_and_never_deletes() -> None:
 
 
 def test_one_client_per_process_and_configuration(settings: Any) -> None:
+    settings.ENGRAM_EXTRACTOR = "claude"
     settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL = "sk-test", "http://127.0.0.1:9"
     first, again = get_extractor(), get_extractor()
     assert isinstance(first, ClaudeExtractor) and isinstance(again, ClaudeExtractor)
@@ -251,5 +254,11 @@ def test_one_client_per_process_and_configuration(settings: Any) -> None:
     assert (
         isinstance(other, ClaudeExtractor) and other is not first and other.model == "claude-other"
     )
-    settings.ANTHROPIC_API_KEY = None
+    settings.ENGRAM_EXTRACTOR = "openai"
+    settings.ENGRAM_OPENAI_BASE_URL, settings.ENGRAM_LLM_MODEL = "http://127.0.0.1:9/v1", "qwen3"
+    local = get_extractor()
+    assert isinstance(local, OpenAIExtractor) and local is get_extractor()
+    assert (local.model, str(local.client.base_url)) == ("qwen3", "http://127.0.0.1:9/v1/")
+    assert (local.mode, local.attachments) == ("tools", frozenset())
+    settings.ENGRAM_EXTRACTOR = "offline"
     assert isinstance(get_extractor(), OfflineExtractor)

@@ -71,7 +71,8 @@ class PoisonEventsTestCase(BaseTestCase):
     def _claude(self, fake_claude: FakeClaude) -> Iterator[None]:
         self.fake = fake_claude
         with override_settings(
-            ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_claude.url,
+            ENGRAM_EXTRACTOR="claude", ANTHROPIC_API_KEY="sk-test",
+            ANTHROPIC_BASE_URL=fake_claude.url,
             ENGRAM_LLM_MAX_RETRIES=0, ENGRAM_LLM_TIMEOUT=5, ENGRAM_EVENT_MAX_ATTEMPTS=3,
         ):  # fmt: skip
             yield

@@ -266,6 +266,7 @@ class ClaudeGenerationTestCase(BaseTestCase):
     def _claude(self, fake_claude: FakeClaude) -> Iterator[None]:
         self.fake = fake_claude
         with override_settings(
+            ENGRAM_EXTRACTOR="claude",
             ANTHROPIC_API_KEY="sk-test",
             ANTHROPIC_BASE_URL=fake_claude.url,
             ENGRAM_LLM_MAX_RETRIES=0,

@@ -24,7 +24,8 @@ class TasksTestCase(BaseTestCase):
     def _claude(self, fake_claude: FakeClaude) -> Iterator[None]:
         self.fake = fake_claude
         with override_settings(
-            ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_claude.url,
+            ENGRAM_EXTRACTOR="claude", ANTHROPIC_API_KEY="sk-test",
+            ANTHROPIC_BASE_URL=fake_claude.url,
             ENGRAM_LLM_MAX_RETRIES=1, ENGRAM_LLM_TIMEOUT=1, ENGRAM_EVENT_MAX_ATTEMPTS=2,
         ):  # fmt: skip
             yield

@@ -135,9 +135,12 @@ class VersionsTestCase(TestCase):
     def test_the_events_page_names_the_extractor_that_runs(self) -> None:
         self.client.force_login(self.reader)
         url = f"/dashboard/p/{self.project.pk}/events/"
-        with override_settings(ANTHROPIC_API_KEY=""):
+        with override_settings(ENGRAM_EXTRACTOR="offline"):
             offline = self.client.get(url).content.decode()
         assert "extracted by the offline extractor" in offline and "claude-" not in offline
-        with override_settings(ANTHROPIC_API_KEY="sk-test", ENGRAM_LLM_MODEL="claude-test-1"):
+        with override_settings(ENGRAM_EXTRACTOR="claude", ENGRAM_LLM_MODEL="claude-test-1"):
             claude = self.client.get(url).content.decode()
         assert "extracted by Claude, model <code>claude-test-1</code>" in claude
+        with override_settings(ENGRAM_EXTRACTOR="openai", ENGRAM_LLM_MODEL="qwen3:8b"):
+            local = self.client.get(url).content.decode()
+        assert "extracted by an OpenAI-compatible endpoint, model <code>qwen3:8b</code>" in local

@@ -179,7 +179,7 @@ class OfflineExtractor:
     """
 
     name = "offline"
-    reads_attachments = False
+    attachments: frozenset[str] = frozenset()
 
     def extract(self, context: Context) -> tuple[list[Fact], Usage]:
         speaker = "assistant" if context.about_agent else "user"

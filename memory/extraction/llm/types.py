@@ -114,17 +114,6 @@ class Usage:
             setattr(usage, name, int(counts.get(name) or 0))
         return usage
 
-    @classmethod
-    def of(cls, usage: Any) -> Usage:
-        """One call's usage, from the SDK's `response.usage`."""
-        return cls(
-            1,
-            usage.input_tokens,
-            usage.output_tokens,
-            getattr(usage, "cache_creation_input_tokens", None) or 0,
-            getattr(usage, "cache_read_input_tokens", None) or 0,
-        )
-
 
 @dataclass
 class Decisions:
@@ -170,8 +159,9 @@ class Contradictions:
 
 class Extractor(Protocol):
     name: str
-    # Whether extract and procedure see images and PDFs (else they are skipped, with a note).
-    reads_attachments: bool
+    # The kinds of attachment (memory.parts IMAGE, PDF) extract and procedure are shown; the
+    # others are skipped, with a note on the event.
+    attachments: frozenset[str]
 
     def extract(self, context: Context) -> tuple[list[Fact], Usage]: ...
 
