@@ -102,7 +102,7 @@ class RevertTestCase(ExtractionTestCase):
             {"fact": 0, "event": "DELETE", "id": "0"},
             {"fact": 0, "event": "ADD", "text": "User is married"},
         ))  # fmt: skip
-        married = self.said("I just got married", self.claude)
+        married = self.said("I just got married", self.model)
         assert self.active_texts() == {"User is married"}
         body = self.revert(married).json()
         assert sorted(r["event"] for r in body["results"]) == ["DELETE", "RESTORE"]

@@ -223,8 +223,9 @@ def json_object(text: str, name: str) -> dict[str, Any] | None:
     fenced = _FENCED.search(text)
     candidates = [fenced.group(1)] if fenced else []
     candidates.append(text)
-    if "{" in text:
-        candidates.append(text[text.index("{") : text.rindex("}") + 1])
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start : end + 1])
     for candidate in candidates:
         try:
             data = json.loads(candidate)
