@@ -6,6 +6,7 @@ an HTML page for the dashboards and the admin, and for every other path the JSON
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,36 @@ def _by_field(errors: dict[str, Any] | list[Any]) -> dict[str, Any]:
     return {key: [value] if isinstance(value, str) else value for key, value in errors.items()}
 
 
+# pgvector's errors for vectors of two dimensions: a process that has not yet followed an
+# embedding switch (memory.text.embeddings) embedded with the old model.
+_OTHER_DIMENSIONS = re.compile(r"expected \d+ dimensions, not \d+|different vector dimensions")
+
+
+def switching_embeddings(exc: DataError) -> bool:
+    """Whether `exc` is a vector of another dimension than the deployment's (a switch)."""
+    return _OTHER_DIMENSIONS.search(str(exc)) is not None
+
+
+def _data_error(exc: DataError) -> Response:
+    """A value the database refused: a vector of another embedding model met the current ones
+    (a switch under way: retry), or a backstop behind the input checks, which should refuse such
+    values first, with a precise message."""
+    if switching_embeddings(exc):
+        logger.warning("a vector of another embedding model met the current ones (a switch)")
+        return Response(
+            {"detail": "The embedding model is being switched; nothing was changed. Retry in a "
+             "moment."},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(settings.ENGRAM_EMBEDDING_CHECK_SECONDS + 1)},
+        )  # fmt: skip
+    # The SQLSTATE only: the message may quote the value, which may be personal data.
+    logger.warning("DataError reached the API (SQLSTATE %s)", _sqlstate(exc))
+    return Response(
+        {"detail": "A value in the request cannot be stored (out of range or malformed)."},
+        status=status.HTTP_400_BAD_REQUEST,
+    )
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, RequestDataTooBig):
         set_rollback()
@@ -81,14 +112,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         # Rules the actions enforce for every caller; for the API, a 400 like any bad input.
         exc = exceptions.ValidationError(str(exc))
     if isinstance(exc, DataError):
-        # A backstop: input checks should refuse such values first, with a precise message.
         set_rollback()
-        # The SQLSTATE only: the message may quote the value, which may be personal data.
-        logger.warning("DataError reached the API (SQLSTATE %s)", _sqlstate(exc))
-        return Response(
-            {"detail": "A value in the request cannot be stored (out of range or malformed)."},
-            status=status.HTTP_400_BAD_REQUEST,
-        )
+        return _data_error(exc)
     refusal = database_refusal(exc)
     if refusal is not None:
         set_rollback()

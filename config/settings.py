@@ -287,16 +287,37 @@ ENGRAM_MODEL_DIR = Path(
 # One thread measured fastest here for single queries and for batches (2-core machines); web
 # workers embed in parallel across processes instead.
 ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 1, minimum=1)
-# The vector column holds 384 dimensions; a hosted embedder must produce that many.
-EMBEDDING_DIMENSIONS = 384
-# "local" (the ONNX model above) or "openai-compatible" (POST {URL}/embeddings).
+# "local" (the ONNX model above, 384 dimensions) or "openai-compatible" (POST {URL}/embeddings,
+# any model and dimension). The deployment's embedding model is fixed when it is installed (its
+# first `migrate` records it: memory.models.EmbeddingSpace) and checked at start-up (`manage.py
+# check --database default`); `manage.py reembed`, run with another model's settings, switches a
+# running deployment to it.
 ENGRAM_EMBEDDER = env_choice("ENGRAM_EMBEDDER", "local", ("local", "openai-compatible"))
 ENGRAM_EMBEDDING_URL = env_str("ENGRAM_EMBEDDING_URL", "")
 ENGRAM_EMBEDDING_MODEL = env_str("ENGRAM_EMBEDDING_MODEL", "text-embedding-3-small")
 ENGRAM_EMBEDDING_API_KEY = env_secret("ENGRAM_EMBEDDING_API_KEY")
+# The vectors' dimension: the local model's 384, or what the hosted model returns.
+EMBEDDING_DIMENSIONS = env_int("ENGRAM_EMBEDDING_DIMENSIONS", 384, minimum=1)
+# Whether the request asks the hosted model for that many dimensions (OpenAI's text-embedding-3
+# models shorten their vectors); a server that refuses the field needs false.
+ENGRAM_EMBEDDING_SEND_DIMENSIONS = env_bool("ENGRAM_EMBEDDING_SEND_DIMENSIONS", True)
+# A running process re-reads which embedding model the deployment uses at most this often, so it
+# follows a `reembed` switch without a restart.
+ENGRAM_EMBEDDING_CHECK_SECONDS = env_int("ENGRAM_EMBEDDING_CHECK_SECONDS", 2, minimum=0)
 if ENGRAM_EMBEDDER == "openai-compatible" and not ENGRAM_EMBEDDING_URL:
     raise ImproperlyConfigured(
         "ENGRAM_EMBEDDER=openai-compatible needs ENGRAM_EMBEDDING_URL (e.g. https://api.openai.com/v1)."
+    )
+if EMBEDDING_DIMENSIONS > 2000:
+    raise ImproperlyConfigured(
+        "ENGRAM_EMBEDDING_DIMENSIONS is at most 2000 (pgvector's HNSW index on vector): ask the "
+        "model for fewer (OpenAI's text-embedding-3 models shorten theirs, see "
+        "ENGRAM_EMBEDDING_SEND_DIMENSIONS)."
+    )
+if ENGRAM_EMBEDDER == "local" and EMBEDDING_DIMENSIONS != 384:
+    raise ImproperlyConfigured(
+        "The local embedder (all-MiniLM-L6-v2) gives 384 dimensions: ENGRAM_EMBEDDING_DIMENSIONS "
+        "applies to a hosted one (ENGRAM_EMBEDDER=openai-compatible)."
     )
 # Limits on what a request may carry (each is a 400 with a clear detail when exceeded).
 # One limit for every text written: a message, a memory's new text, a feedback reason, and the

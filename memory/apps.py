@@ -10,6 +10,7 @@ class MemoryConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
+        from memory import checks  # noqa: F401 - register the start-up checks
         from memory.extraction import broker
 
         # The broker must exist before the actors are declared (memory.extraction.tasks).

@@ -17,7 +17,7 @@ from django.test.utils import setup_databases, teardown_databases
 
 from memory.extraction import broker
 
-pytest_plugins = ["tests.fake_anthropic"]  # the fake_claude fixture
+pytest_plugins = ["tests.fake_anthropic", "tests.fake_embeddings"]  # fake_claude, fake_embeddings
 
 
 def _use_credentials(user: str | None, password: str | None) -> None:

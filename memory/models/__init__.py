@@ -13,7 +13,7 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import VectorField
 
 from memory.models.scopes import SCOPE_FIELDS, SCOPE_MAX_LENGTH
 from tenants.models import Project
@@ -121,7 +121,9 @@ class Memory(Scoped):
     text = models.TextField()
     # SHA-256 of the text: exact duplicates in a scope are found by index, not by comparing text.
     hash = models.CharField(max_length=64)
-    embedding = VectorField(dimensions=384)
+    # The current embedding space's vector (memory.models.embedding: any dimension, one per
+    # deployment; its HNSW index is SQL of its own, on the cast to that dimension).
+    embedding = VectorField()
     # Words of the neighbouring messages in the conversation (the same add request, or the
     # scope's stored messages just before and after it: see actions.do_add_messages). They only
     # feed keyword search, at lower weight than the memory's own words (B before, C after);
@@ -173,15 +175,8 @@ class Memory(Scoped):
 
     class Meta:
         indexes: ClassVar = [
-            # Partial on active rows: search never looks at superseded or deleted memories.
-            HnswIndex(
-                name="memory_embedding_hnsw",
-                fields=["embedding"],
-                m=16,
-                ef_construction=64,
-                opclasses=["vector_cosine_ops"],
-                condition=models.Q(state="active"),
-            ),
+            # memory_embedding_hnsw, partial on active rows (search never looks at superseded or
+            # deleted memories), is on (embedding::vector(N)): memory.actions.reembed.
             GinIndex(
                 name="memory_search_gin",
                 fields=["search_vector"],
@@ -456,7 +451,7 @@ class EntityVector(Scoped):
     id = models.BigAutoField(primary_key=True)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     entity_name = models.TextField()
-    embedding = VectorField(dimensions=384)
+    embedding = VectorField()  # the current embedding space's, as Memory.embedding
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -502,12 +497,14 @@ class IdempotentRequest(models.Model):
 
 # The user profiles' tables (a module of their own: this one holds the memories'): imported
 # here so that `memory.models` names every model, as Django and the callers expect.
+from memory.models.embedding import EmbeddingSpace  # noqa: E402
 from memory.models.profiles import ProfileJob, ProfileSettings, UserProfile  # noqa: E402
 
 __all__ = [
     "SCOPE_FIELDS",
     "SCOPE_MAX_LENGTH",
     "TEXT_SEARCH_CONFIG",
+    "EmbeddingSpace",
     "EntityVector",
     "Feedback",
     "IdempotentRequest",

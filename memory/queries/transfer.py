@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
@@ -30,6 +29,7 @@ from memory.models import (
     MemoryHistory,
     ScopeSummary,
 )
+from memory.text.embeddings import active_space
 from memory.transfer_format import (
     END,
     ENTITY,
@@ -74,10 +74,14 @@ def present_memory_ids(project_id: uuid.UUID, ids: list[uuid.UUID]) -> set[uuid.
 
 
 def embedding_model() -> str:
-    """The name of this instance's embedder's model: vectors of the same name are the same."""
-    if settings.ENGRAM_EMBEDDER == "openai-compatible":
-        return f"openai-compatible:{settings.ENGRAM_EMBEDDING_MODEL}"
-    return "local:all-MiniLM-L6-v2"
+    """The name of this instance's embedding model (its current embedding space): vectors of
+    the same name are the same."""
+    return active_space().name
+
+
+def embedding_dimensions() -> int:
+    """The dimension of this instance's vectors (its current embedding space)."""
+    return active_space().dimensions
 
 
 def engram_version() -> str:
@@ -121,7 +125,7 @@ def header(project: Project, counts: dict[str, int]) -> dict[str, Any]:
         },
         "embedding": {
             "model": embedding_model(),
-            "dimensions": settings.EMBEDDING_DIMENSIONS,
+            "dimensions": embedding_dimensions(),
             "encoding": VECTOR_ENCODING,
         },
         "counts": counts,

@@ -324,7 +324,14 @@ def _candidate_queries(
     """The candidate subqueries, compiled: their SQL and, in the same order, their parameters."""
     limit = max(top_k, SEMANTIC_CANDIDATES)
     # "+ 0" hides the operator from the HNSW index, leaving the scope's btree index and a sort.
-    distance = "(embedding <=> %s::vector) + 0" if exact else "embedding <=> %s::vector"
+    # The index is on the cast to the embedding space's dimension (memory.models.embedding):
+    # the index path repeats it, the query vector's own length.
+    dimensions = vector_literal.count(",") + 1
+    distance = (
+        "(embedding <=> %s::vector) + 0"
+        if exact
+        else f"(embedding::vector({dimensions})) <=> %s::vector({dimensions})"
+    )
     semantic_sql, semantic_params = (
         # RawSQL here and below: fixed SQL text, the query and vector go in as parameters.
         queryset.annotate(distance=RawSQL(distance, [vector_literal]))  # noqa: S611

@@ -1,7 +1,14 @@
-"""Text embeddings: all-MiniLM-L6-v2 run with onnxruntime (no torch at run time).
+"""Text embeddings: all-MiniLM-L6-v2 run with onnxruntime (no torch at run time), or a hosted
+model behind an OpenAI-compatible embeddings API, of any dimension.
 
-One model is loaded per process, on first use. `embed()` is the whole interface the rest of
-engram uses; another backend (a hosted embedding API) only has to implement `Embedder`.
+`embed()` is the whole interface the rest of engram uses. Which model embeds is the
+deployment's, not the process's: the `current` embedding space (memory.models.EmbeddingSpace)
+that the first `migrate` recorded from the settings and `manage.py reembed` may switch. A
+process starts with its settings' model (`configured_space`; `manage.py check --database
+default` refuses to start one whose settings differ from the deployment's) and, while it runs,
+re-reads the current space at most every ENGRAM_EMBEDDING_CHECK_SECONDS when it has a database
+connection open, so it follows a switch without a restart (`get_embedder`). One model is loaded
+per process and space, on first use.
 """
 
 from __future__ import annotations
@@ -9,8 +16,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,8 +28,11 @@ import numpy as np
 import numpy.typing as npt
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connection
 
 from config.exceptions import RefusedError, ServiceUnavailableError
+
+logger = logging.getLogger(__name__)
 
 PINS_FILE = Path(__file__).resolve().parent.parent / "model.sha256"
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
@@ -251,15 +264,25 @@ class OpenAICompatibleEmbedder:
     """A hosted embedding API speaking OpenAI's POST /v1/embeddings (OpenAI, vLLM, Ollama, …).
 
     It must return `dimensions` floats per text (OpenAI's text-embedding-3 models take a
-    `dimensions` parameter, which is sent); vectors are L2-normalised here like the local ones.
+    `dimensions` parameter, which is sent unless `send_dimensions` is false); vectors are
+    L2-normalised here like the local ones.
     """
 
     name = "openai-compatible"
 
-    def __init__(self, url: str, model: str, api_key: str | None, dimensions: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key: str | None,
+        dimensions: int,
+        *,
+        send_dimensions: bool = True,
+    ) -> None:
         import httpx
 
         self.dimensions = dimensions
+        self.send_dimensions = send_dimensions
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30)
@@ -268,7 +291,9 @@ class OpenAICompatibleEmbedder:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         check_budget(sum(-(-len(t) // CHARACTERS_PER_TOKEN) for t in texts), max_tokens)
-        body = {"model": self.model, "input": list(texts), "dimensions": self.dimensions}
+        body: dict[str, Any] = {"model": self.model, "input": list(texts)}
+        if self.send_dimensions:
+            body["dimensions"] = self.dimensions
         try:
             response = self.http.post("/embeddings", json=body)
             response.raise_for_status()
@@ -286,33 +311,142 @@ class OpenAICompatibleEmbedder:
         return normalised
 
 
-def build_embedder() -> Embedder:
+@dataclass(frozen=True)
+class Space:
+    """An embedding model as the deployment records it (memory.models.EmbeddingSpace)."""
+
+    embedder: str  # "local" or "openai-compatible"
+    dimensions: int
+    url: str = ""
+    model: str = ""
+    send_dimensions: bool = True
+
+    @property
+    def name(self) -> str:
+        """The model's identity: vectors of the same name are the same."""
+        if self.embedder == "openai-compatible":
+            return f"openai-compatible:{self.model}"
+        return "local:all-MiniLM-L6-v2"
+
+
+def configured_space() -> Space:
+    """The embedding model this process's settings name."""
     if settings.ENGRAM_EMBEDDER == "openai-compatible":
-        return OpenAICompatibleEmbedder(
+        return Space(
+            "openai-compatible",
+            settings.EMBEDDING_DIMENSIONS,
             settings.ENGRAM_EMBEDDING_URL,
             settings.ENGRAM_EMBEDDING_MODEL,
+            settings.ENGRAM_EMBEDDING_SEND_DIMENSIONS,
+        )
+    return Space("local", 384)
+
+
+def build_embedder(space: Space | None = None) -> Embedder:
+    space = space or configured_space()
+    if space.embedder == "openai-compatible":
+        return OpenAICompatibleEmbedder(
+            space.url,
+            space.model,
             settings.ENGRAM_EMBEDDING_API_KEY,
-            settings.EMBEDDING_DIMENSIONS,
+            space.dimensions,
+            send_dimensions=space.send_dimensions,
         )
     return OnnxMiniLM(Path(settings.ENGRAM_MODEL_DIR), threads=settings.ENGRAM_EMBED_THREADS)
 
 
+CURRENT_SPACE_SQL = (
+    "SELECT embedder, dimensions, url, model, send_dimensions FROM memory_embeddingspace "
+    "WHERE state = 'current'"
+)
+
+
+def recorded_space() -> Space | None:
+    """The deployment's current embedding space, or None before it is recorded (no table, or
+    no row yet: the first `migrate` has not run)."""
+    with connection.cursor() as cursor:
+        try:
+            with transaction_savepoint():
+                cursor.execute(CURRENT_SPACE_SQL)
+                row = cursor.fetchone()
+        except DatabaseError:
+            return None
+    return Space(*row) if row else None
+
+
+def transaction_savepoint() -> Any:
+    """A savepoint when inside a transaction (a failed read must not break the caller's), else
+    nothing."""
+    from django.db import transaction
+
+    return transaction.atomic() if connection.in_atomic_block else _NoBlock()
+
+
+class _NoBlock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 _lock = threading.Lock()
-_embedder: Embedder | None = None
+# The space this process embeds in and its model, and when the database was last asked.
+_active: tuple[Space, Embedder] | None = None
+_checked = 0.0
 
 
 def get_embedder() -> Embedder:
-    global _embedder  # noqa: PLW0603 - one loaded model per process, created on first use
-    if _embedder is None:
+    """The model of the deployment's current space (see the module's docstring)."""
+    return _current()[1]
+
+
+def _current() -> tuple[Space, Embedder]:
+    global _active, _checked  # noqa: PLW0603 - one loaded model per process
+    active = _active
+    if active is None:
         with _lock:
-            if _embedder is None:
-                _embedder = build_embedder()
-    return _embedder
+            if _active is None:
+                _active = configured_space(), build_embedder()
+                _checked = time.monotonic()
+            active = _active
+    if time.monotonic() - _checked >= settings.ENGRAM_EMBEDDING_CHECK_SECONDS and _may_ask():
+        _checked = time.monotonic()
+        recorded = recorded_space()
+        if recorded is not None and recorded != active[0]:
+            active = follow(recorded)
+    return active
+
+
+def _may_ask() -> bool:
+    """Whether the database can be asked now without a connection of its own or harm: an open
+    connection, not in a transaction that already failed."""
+    return connection.connection is not None and not connection.needs_rollback
+
+
+def follow(space: Space) -> tuple[Space, Embedder]:
+    """Embed in `space` from now on (the deployment switched to it: `manage.py reembed`)."""
+    global _active  # noqa: PLW0603
+    embedder = build_embedder(space)
+    with _lock:
+        if _active is None or _active[0] != space:
+            logger.warning(
+                "the deployment's embedding model is now %s (%s dimensions): following it",
+                space.name,
+                space.dimensions,
+            )
+            _active = space, embedder
+        return _active
+
+
+def active_space() -> Space:
+    """The space this process embeds in now."""
+    return _current()[0]
 
 
 def in_process() -> bool:
     """Whether embedding runs in this process (the local model), not over HTTP."""
-    return settings.ENGRAM_EMBEDDER != "openai-compatible"
+    return isinstance(get_embedder(), OnnxMiniLM)
 
 
 def embed(texts: Sequence[str], max_tokens: int | None = None) -> Vectors:

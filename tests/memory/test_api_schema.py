@@ -489,7 +489,7 @@ class ApiSchemaTestCase(BaseTestCase):
                 closed.bind(("127.0.0.1", 0))
                 url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
             down = embeddings.OpenAICompatibleEmbedder(url, "m", None, 384)
-            with mock.patch.object(embeddings, "_embedder", down):
+            with mock.patch.object(embeddings, "_active", (embeddings.configured_space(), down)):
                 yield
         elif fault == "throttled":
             rates = {"api_key": "1/minute"}

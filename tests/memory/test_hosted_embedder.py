@@ -86,7 +86,11 @@ def test_it_answers_503_and_stores_nothing_when_the_service_fails(
     from tests.factory import auth, make_key
 
     FakeEmbeddings.status = 500
-    monkeypatch.setattr(embeddings, "_embedder", OpenAICompatibleEmbedder(server, "m", None, 384))
+    monkeypatch.setattr(
+        embeddings,
+        "_active",
+        (embeddings.configured_space(), OpenAICompatibleEmbedder(server, "m", None, 384)),
+    )
     key = make_key()
     body = {"messages": "I like tea", "user_id": "alice", "infer": False}
     response = client.post(
@@ -126,7 +130,7 @@ def test_no_transaction_is_open_while_the_hosted_embedder_is_called(
 
     embedder = RecordingEmbedder(server, "m", None, 384)
     embedder.calls = []
-    monkeypatch.setattr(embeddings, "_embedder", embedder)
+    monkeypatch.setattr(embeddings, "_active", (embeddings.configured_space(), embedder))
     key = make_key()
 
     def call(method: str, path: str, body: Any) -> Any:

@@ -21,7 +21,8 @@ from tests.factory import add_texts, auth
 PROJECT = uuid.uuid4()
 # The semantic candidates' order, as the statement has it (the query vector interpolated).
 EXACT = re.compile(r"ORDER BY \(\(embedding <=> '[^']+'::vector\) \+ 0\) ASC")
-INDEXED = re.compile(r"ORDER BY \(embedding <=> '[^']+'::vector\) ASC")
+# The index is on the cast to the embedding space's dimension (memory.models.embedding).
+INDEXED = re.compile(r"ORDER BY \(\(embedding::vector\(384\)\) <=> '[^']+'::vector\(384\)\) ASC")
 
 BOUNDED = [
     {"user_id": "alice"},

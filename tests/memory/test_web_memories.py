@@ -388,7 +388,9 @@ class WebMemoriesTestCase(TestCase):
         assert len(self.history(self.tea)) == 1
 
     def test_a_failing_embedder_is_reported_not_a_500(self) -> None:
-        with mock.patch.object(embeddings, "_embedder", DownEmbedder()):
+        with mock.patch.object(
+            embeddings, "_active", (embeddings.configured_space(), DownEmbedder())
+        ):
             response = self.client.get(self.url("memories/"), {"q": "tea"})
             assert "Search is unavailable" in str(response.context["form"].errors["q"])
             response = self.client.post(self.url("edit/", self.tea), {"text": "New"}, follow=True)

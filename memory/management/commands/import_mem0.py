@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs shipped
 
@@ -31,7 +30,7 @@ from memory.mem0_sources import (
     memory_record,
     supersession_order,
 )
-from memory.queries.transfer import present_memory_ids
+from memory.queries.transfer import embedding_dimensions, present_memory_ids
 from memory.transfer_format import HISTORY, MEMORY, FormatError
 from tenants.models import Project
 
@@ -180,7 +179,7 @@ class Command(BaseCommand):
         quiet: bool,
     ) -> dict[str, Outcome]:
         target = Target(
-            project.pk, settings.EMBEDDING_DIMENSIONS, new_ids, reembed=True, link_entities=True
+            project.pk, embedding_dimensions(), new_ids, reembed=True, link_entities=True
         )
         known = {m.id for m in memories}
         now = datetime.now(UTC)

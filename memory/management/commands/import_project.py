@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs shipped
@@ -32,7 +31,7 @@ from memory.actions.transfer import (
     do_import_batch,
     do_prepare_project,
 )
-from memory.queries.transfer import embedding_model
+from memory.queries.transfer import embedding_dimensions, embedding_model
 from memory.transfer_format import END, FORMAT, RECORD_TYPES, VERSION, FormatError
 from tenants.models import Project
 
@@ -169,7 +168,7 @@ class Command(BaseCommand):
 def _dimensions(header: dict[str, Any]) -> int:
     """This instance's: a file of its model has them (read_header), another model's vectors
     are not read."""
-    return int(settings.EMBEDDING_DIMENSIONS)
+    return embedding_dimensions()
 
 
 # -- reading the file --------------------------------------------------------------------------
@@ -222,7 +221,7 @@ def read_header(path: Path) -> dict[str, Any]:
     ):
         raise FormatError("the header names no embedding model and dimensions")
     same = embedding["model"] == embedding_model()
-    if same and embedding["dimensions"] != settings.EMBEDDING_DIMENSIONS:
+    if same and embedding["dimensions"] != embedding_dimensions():
         raise FormatError("the header's embedding dimensions are not this model's")
     counts = header.get("counts")
     if not isinstance(counts, dict) or not all(
