@@ -21,7 +21,7 @@ def embedding_model_matches(app_configs: Any = None, **kwargs: Any) -> list[Chec
         return []
     recorded = recorded_space()
     configured = configured_space()
-    if recorded is None or recorded == configured:
+    if recorded is None or recorded.same_model(configured):
         return []  # not installed yet (the first migrate records it), or the same
     return [
         Error(

@@ -10,8 +10,9 @@ request is recorded with its body and, for either API, the tool it forces (`tool
 turn (`prompt`) and its system prompt (`system`) as text.
 
 Chat Completions endpoints differ, and the fake can play the awkward ones: one that refuses
-tools (`rejects_tools`: a 400 for any request with tools), and one that ignores both tools and
-`response_format` (`ignores_format`: the answer comes as the message's text).
+tools (`rejects_tools`: a 400 for any request with tools), one that ignores both tools and
+`response_format` (`ignores_format`: the answer comes as the message's text), and one that takes
+the output budget as `max_completion_tokens` only (`completion_tokens_only`).
 
 The graph calls of extraction (record_entities, record_relations, record_contradictions) take
 only replies scripted for their tool (`Reply(tool=...)`), and otherwise get an empty answer, so a
@@ -75,6 +76,8 @@ class FakeClaude:
     # Chat Completions endpoints that do not do what is asked (see the module's docstring).
     rejects_tools: bool = False
     ignores_format: bool = False
+    # As OpenAI's reasoning models: a 400 for max_tokens (max_completion_tokens only).
+    completion_tokens_only: bool = False
 
     def _next(self, tool: str | None) -> Reply:
         """The reply for a request forcing `tool` (called under the lock)."""
@@ -112,6 +115,11 @@ def _handler(fake: FakeClaude) -> type[BaseHTTPRequestHandler]:
             })  # fmt: skip
             if chat and fake.rejects_tools and body.get("tools"):
                 error = {"message": "tools are not supported", "type": "invalid_request_error"}
+                return self._send(400, {"error": error})
+            if chat and fake.completion_tokens_only and "max_tokens" in body:
+                error = {"message": "Unsupported parameter: 'max_tokens' is not supported with "
+                         "this model. Use 'max_completion_tokens' instead.",
+                         "type": "invalid_request_error"}  # fmt: skip
                 return self._send(400, {"error": error})
             with fake.lock:
                 reply = fake._next(tool)

@@ -10,7 +10,7 @@
   `LostClaimError` for a step that finds it gone).
 - `Run`: what one run of a claimed event carries from step to step.
 
-May import memory.models, tenants and llm.types; nothing else of extraction.
+May import memory.models, tenants, config, llm.types and llm.waits; nothing else of extraction.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from django.db import DataError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from config.exceptions import switching_embeddings
 from memory.extraction.llm.types import Usage
+from memory.extraction.llm.waits import refused_for_good
 from memory.models import MemoryEvent
 from tenants.db import project_context
 
@@ -43,6 +45,15 @@ PERMANENT: tuple[type[Exception], ...] = (
     DataError,
     ValidationError,
 )
+
+
+def permanent(failure: Exception) -> bool:
+    """Whether a retry cannot cure `failure`: PERMANENT, or the model API's refusal of the
+    request itself (llm.waits); but not a vector of another embedding model, met while the
+    deployment switches models (config.exceptions): the next attempt embeds with the new one."""
+    if isinstance(failure, DataError) and switching_embeddings(failure):
+        return False
+    return isinstance(failure, PERMANENT) or refused_for_good(failure)
 
 
 class LostClaimError(RuntimeError):
@@ -147,9 +158,7 @@ def release(claimed: Claim, failure: Exception) -> MemoryEvent | None:
         event = held_by(claimed).select_for_update().first()
         if event is None:
             return None
-        final = isinstance(failure, PERMANENT) or (
-            event.attempts >= settings.ENGRAM_EVENT_MAX_ATTEMPTS
-        )
+        final = permanent(failure) or event.attempts >= settings.ENGRAM_EVENT_MAX_ATTEMPTS
         status = MemoryEvent.Status.FAILED if final else MemoryEvent.Status.PENDING
         _finish(event, status, repr(failure))
         return event

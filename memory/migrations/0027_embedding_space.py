@@ -87,7 +87,7 @@ def install(apps, schema_editor):
                 settings.ENGRAM_EMBEDDING_URL if hosted else "",
                 settings.ENGRAM_EMBEDDING_MODEL if hosted else "",
                 dimensions,
-                settings.ENGRAM_EMBEDDING_SEND_DIMENSIONS,
+                settings.ENGRAM_EMBEDDING_SEND_DIMENSIONS if hosted else True,
             ],
         )
 

@@ -73,22 +73,26 @@ def missing_count(project_id: uuid.UUID) -> int:
 
 
 def written_since(
-    project_id: uuid.UUID, since: datetime, after: int | uuid.UUID | None, limit: int
+    project_id: uuid.UUID,
+    since: datetime,
+    until: datetime | None,
+    after: int | uuid.UUID | None,
+    limit: int,
 ) -> tuple[list[Row], list[Row]]:
-    """The memories and entity names whose vector was written at `since` or later (by a process
-    that may not yet have followed a switch), after the ids of `after` (memories', by id)."""
+    """The memories and entity names whose vector was written from `since` (to `until`), by a
+    process that may not yet have followed a switch; memories after the id `after`, by id."""
     with project_context(project_id), connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, text, hash FROM memory_memory WHERE project_id = %s "
-            "AND embedded_at >= %s AND state <> 'redacted' AND (%s::uuid IS NULL OR id > %s) "
-            "ORDER BY id LIMIT %s",
-            [project_id, since, after, after, limit],
+            "AND embedded_at >= %s AND (%s::timestamptz IS NULL OR embedded_at < %s) "
+            "AND state <> 'redacted' AND (%s::uuid IS NULL OR id > %s) ORDER BY id LIMIT %s",
+            [project_id, since, until, until, after, after, limit],
         )
         memories = [Row(*row) for row in cursor.fetchall()]
         cursor.execute(
             "SELECT id, entity_name FROM memory_entityvector WHERE project_id = %s "
-            "AND embedded_at >= %s ORDER BY id",
-            [project_id, since],
+            "AND embedded_at >= %s AND (%s::timestamptz IS NULL OR embedded_at < %s) ORDER BY id",
+            [project_id, since, until, until],
         )
         entities = [Row(*row) for row in cursor.fetchall()]
     return memories, entities

@@ -76,12 +76,12 @@ def present_memory_ids(project_id: uuid.UUID, ids: list[uuid.UUID]) -> set[uuid.
 def embedding_model() -> str:
     """The name of this instance's embedding model (its current embedding space): vectors of
     the same name are the same."""
-    return active_space().name
+    return active_space(fresh=True).name
 
 
 def embedding_dimensions() -> int:
     """The dimension of this instance's vectors (its current embedding space)."""
-    return active_space().dimensions
+    return active_space(fresh=True).dimensions
 
 
 def engram_version() -> str:

@@ -328,6 +328,12 @@ class Space:
             return f"openai-compatible:{self.model}"
         return "local:all-MiniLM-L6-v2"
 
+    def same_model(self, other: Space) -> bool:
+        """Whether vectors of `other` are vectors of this space: the same model and dimension
+        (where it is served and how it is asked are not the vectors' business: the server may
+        move)."""
+        return (self.name, self.dimensions) == (other.name, other.dimensions)
+
 
 def configured_space() -> Space:
     """The embedding model this process's settings name."""
@@ -413,7 +419,7 @@ def _current() -> tuple[Space, Embedder]:
     if time.monotonic() - _checked >= settings.ENGRAM_EMBEDDING_CHECK_SECONDS and _may_ask():
         _checked = time.monotonic()
         recorded = recorded_space()
-        if recorded is not None and recorded != active[0]:
+        if recorded is not None and not recorded.same_model(active[0]):
             active = follow(recorded)
     return active
 
@@ -429,7 +435,7 @@ def follow(space: Space) -> tuple[Space, Embedder]:
     global _active  # noqa: PLW0603
     embedder = build_embedder(space)
     with _lock:
-        if _active is None or _active[0] != space:
+        if _active is None or not _active[0].same_model(space):
             logger.warning(
                 "the deployment's embedding model is now %s (%s dimensions): following it",
                 space.name,
@@ -439,8 +445,13 @@ def follow(space: Space) -> tuple[Space, Embedder]:
         return _active
 
 
-def active_space() -> Space:
-    """The space this process embeds in now."""
+def active_space(*, fresh: bool = False) -> Space:
+    """The space this process embeds in now; `fresh`: the deployment's, asked now (a command
+    that writes or reads vectors in bulk must not use a model the deployment has left)."""
+    global _checked  # noqa: PLW0603
+    if fresh:
+        connection.ensure_connection()
+        _checked = float("-inf")
     return _current()[0]
 
 

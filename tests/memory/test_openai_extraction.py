@@ -151,6 +151,21 @@ def test_auto_detects_an_endpoint_without_tools_once(fake_claude: FakeClaude) ->
     assert ["tools" in r["body"] for r in fake_claude.requests] == [True, False, False]
 
 
+def test_a_reasoning_model_gets_its_budget_as_max_completion_tokens(
+    fake_claude: FakeClaude,
+) -> None:
+    fake_claude.completion_tokens_only = True
+    model = local(fake_claude)
+    fake_claude.script(TEA, TEA)
+    assert [f.text for f in model.extract(context("I like tea"))[0]] == ["User likes tea"]
+    model.extract(context("I like tea"))
+    budgets = [(r["body"].get("max_tokens"), r["body"].get("max_completion_tokens"))
+               for r in fake_claude.requests]  # fmt: skip
+    # Refused once, then the other name for good (and the tools kept).
+    assert budgets == [(512, None), (None, 512), (None, 512)]
+    assert model.mode == "tools"
+
+
 def test_a_refused_tools_request_is_an_error_when_tools_are_configured(
     fake_claude: FakeClaude,
 ) -> None:
@@ -310,6 +325,19 @@ class OpenAIPipelineTestCase(BaseTestCase):
         assert done.usage["calls"] == 2
         with project_context(self.project.pk):
             assert not Memory.objects.exists()
+
+    def test_a_request_the_api_refuses_fails_at_once_a_key_it_refuses_is_retried(self) -> None:
+        self.fake.script(Reply(status=400, error_type="invalid_request_error"))
+        event = self.event("I like tea")
+        done = self.run_it(event, local(self.fake))
+        assert (done.status, done.attempts) == ("FAILED", 1)
+        assert "Error code: 400" in done.error
+        # A key, model or endpoint the operator may fix meanwhile: retried with backoff.
+        self.fake.script(Reply(status=401, error_type="authentication_error"))
+        event = self.event("I like tea")
+        assert attempt(event.id, self.project.pk, local(self.fake)) is not None
+        with project_context(self.project.pk):
+            assert MemoryEvent.objects.get(pk=event.pk).status == "PENDING"
 
     def test_a_model_that_answers_nothing_leaves_a_warning(self) -> None:
         self.fake.script(Reply({"facts": []}))

@@ -12,14 +12,18 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.checks import run_checks
-from django.core.management import call_command
-from django.db import connection
+from django.core.management import CommandError, call_command
+from django.db import DataError, connection
 from django.test import override_settings
 
+from memory.actions import reembed as write
+from memory.extraction.claims import permanent
 from memory.graph import Scope
 from memory.graph.writes import _remember_names
+from memory.management.commands import reembed as command
 from memory.models import EmbeddingSpace
 from memory.text import embeddings
 from memory.text.embeddings import EmbeddingError, OpenAICompatibleEmbedder
@@ -55,7 +59,8 @@ def _installed(committed_db: None) -> Iterator[None]:
         yield
         if EmbeddingSpace.objects.filter(state="building").exists():
             reembed("--abandon")
-        if embeddings.recorded_space() != embeddings.configured_space():
+        recorded = embeddings.recorded_space()
+        if recorded is not None and not recorded.same_model(embeddings.configured_space()):
             reembed()
         embeddings.get_embedder()
 
@@ -185,6 +190,10 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
         violin = stored_vector(api.project, VIOLIN)
         assert violin == pytest.approx(fake_embeddings.vector(VIOLIN), abs=1e-6)
         assert not run_checks(databases=["default"])  # these settings are the deployment's
+        # The same model served elsewhere is the same model: no check fails, nothing to do.
+        with override_settings(ENGRAM_EMBEDDING_URL="http://elsewhere.example/v1"):
+            assert not run_checks(databases=["default"])
+            assert "nothing to do" in reembed()
     found = dimensions(api.project)
     assert found["memory_memory"] == found["memory_entityvector"] == {768}
     assert found["memory_memory next"] == {None}
@@ -241,12 +250,34 @@ def test_a_process_that_has_not_followed_yet_gets_a_503_to_retry(
     assert embeddings.active_space().name == "openai-compatible:fake-768"
     assert api.add("I like tea")
     assert dimensions(api.project)["memory_memory"] == {768}
+    # What was written around the switch, embedded again on demand (a run cut short).
+    with hosted(fake_embeddings):
+        assert "vectors written around the last switch made again" in reembed("--settle")
 
 
-def test_reembed_explains_itself(fake_embeddings: FakeEmbeddings) -> None:
+def test_reembed_explains_itself(
+    fake_embeddings: FakeEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert "nothing to do" in reembed()
+    with pytest.raises(CommandError, match="has not switched models"):
+        reembed("--settle")
     with hosted(fake_embeddings):
         assert "Built" in reembed("--no-switch")
+        # A transaction holds the table: the switch waits a moment, tries again, then stops,
+        # switching nothing.
+        monkeypatch.setattr(write, "LOCK_TIMEOUT", "100ms")
+        monkeypatch.setattr(command, "SWITCH_ATTEMPTS", 2)
+        db = connection.settings_dict
+        with psycopg.connect(
+            dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"], host=db["HOST"],
+            port=db["PORT"],
+        ) as other:  # fmt: skip
+            other.execute("SELECT count(*) FROM memory_memory")  # holds it till the end
+            out = io.StringIO()
+            with pytest.raises(CommandError, match="held the tables too long"):
+                call_command("reembed", "--no-progress", stdout=out)
+            assert "trying the switch again" in out.getvalue()
+        assert EmbeddingSpace.objects.get(state="building").name == "openai-compatible:fake-768"
     # Another model's build under way: refused, until abandoned.
     with hosted(fake_embeddings, ENGRAM_EMBEDDING_MODEL="other", EMBEDDING_DIMENSIONS=512):
         with pytest.raises(Exception, match="A switch to openai-compatible:fake-768"):
@@ -267,3 +298,11 @@ def test_the_hosted_embedder_sends_dimensions_only_when_asked(
         ["tea"]
     )
     assert [r.get("dimensions") for r in fake_embeddings.requests] == [768, None]
+
+
+def test_a_worker_retries_a_job_that_met_the_other_models_vectors() -> None:
+    """A worker that has not yet followed a switch fails its attempt on the vectors' dimension:
+    retried (the next attempt embeds with the new model), unlike other refused values."""
+    assert not permanent(DataError("expected 768 dimensions, not 384"))
+    assert not permanent(DataError("different vector dimensions 768 and 384"))
+    assert permanent(DataError("value too long for type character varying(64)"))

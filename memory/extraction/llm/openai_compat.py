@@ -9,6 +9,8 @@ two ways (ENGRAM_OPENAI_OUTPUT):
   prompt, for a server that ignores `response_format`;
 - "auto": tools, switching to json_schema for good the first time the endpoint refuses a tools
   request (400) and then accepts the same request with structured output.
+The output budget is sent as `max_tokens`, or as `max_completion_tokens` from the first time the
+endpoint refuses the former (OpenAI's reasoning models).
 
 Whatever the mode, the reply is read where it is: a function call's arguments, or else a JSON
 object in the message's text (a server that ignores tools and `response_format` but answers
@@ -79,6 +81,9 @@ class OpenAIExtractor(ModelExtractor):
             "json_schema" if output == "json_schema" else "tools"
         )
         self.attachments = frozenset({IMAGE}) if images else frozenset()
+        # The name of the output budget: max_tokens, which every compatible server takes, or
+        # max_completion_tokens once OpenAI refuses the other (its reasoning models).
+        self.tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
         self.client = openai.OpenAI(
             # A local server takes any key; the SDK insists on one.
             api_key=api_key or "none",
@@ -100,20 +105,26 @@ class OpenAIExtractor(ModelExtractor):
     ) -> Answer:
         content = self._content(prompt, attached, note)
         mode = self.mode
-        try:
-            response = self._create(system, content, tool, limit, mode)
-        except openai.BadRequestError:
-            if self.output != "auto" or mode != "tools":
+        while True:
+            try:
+                response = self._create(system, content, tool, limit, mode)
+                break
+            except openai.BadRequestError as exc:
+                # OpenAI's reasoning models take the budget as max_completion_tokens only.
+                if self.tokens_field == "max_tokens" and "max_completion_tokens" in str(exc):
+                    self.tokens_field = "max_completion_tokens"
+                    continue
+                # The endpoint may not take tools: the same request with structured output.
+                if self.output == "auto" and mode == "tools":
+                    mode = "json_schema"
+                    continue
                 raise
-            # The endpoint may not take tools: the same request with structured output. Only
-            # when that is accepted does every later request use it.
-            response = self._create(system, content, tool, limit, "json_schema")
-            if self.mode == "tools":
-                logger.warning(
-                    "the model endpoint refused a tools request and took structured output: "
-                    "using structured output (response_format json_schema) from now on"
-                )
-                self.mode = "json_schema"
+        if mode != self.mode:  # only once such a request was accepted
+            logger.warning(
+                "the model endpoint refused a tools request and took structured output: "
+                "using structured output (response_format json_schema) from now on"
+            )
+            self.mode = mode
         return read_reply(response, tool["name"])
 
     def _content(
@@ -157,8 +168,9 @@ class OpenAIExtractor(ModelExtractor):
         if mode == "tools":
             return self.client.chat.completions.create(
                 model=self.model,
-                max_tokens=limit,
                 messages=messages,
+                max_tokens=limit if self.tokens_field == "max_tokens" else openai.omit,
+                max_completion_tokens=limit if self.tokens_field != "max_tokens" else openai.omit,
                 tools=[
                     {
                         "type": "function",
@@ -173,8 +185,9 @@ class OpenAIExtractor(ModelExtractor):
             )
         return self.client.chat.completions.create(
             model=self.model,
-            max_tokens=limit,
             messages=messages,
+            max_tokens=limit if self.tokens_field == "max_tokens" else openai.omit,
+            max_completion_tokens=limit if self.tokens_field != "max_tokens" else openai.omit,
             response_format={
                 "type": "json_schema",
                 "json_schema": {"name": name, "description": description, "schema": schema},

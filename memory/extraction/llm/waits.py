@@ -1,4 +1,5 @@
-"""How long a model API asks to be left alone, for every provider's SDK.
+"""How long a model API asks to be left alone, and which of its refusals are final, for every
+provider's SDK.
 
 Both SDKs (anthropic, openai) wait as long as a Retry-After header asks, without a bound, and
 both honour the `x-should-retry` header: `no_long_retry_waits` is an httpx response hook that
@@ -58,3 +59,15 @@ def requested_wait(failure: BaseException) -> float | None:
     if not isinstance(status, int) or status < 400:
         return None
     return retry_after_seconds(response.headers)  # type: ignore[union-attr]
+
+
+# What a model API answers a request it will never accept as it stands (a malformed or too large
+# request: 400, 422); a key, model or endpoint the operator may still fix (401, 403, 404) and
+# everything else are retried.
+REFUSED_FOR_GOOD = frozenset({400, 422})
+
+
+def refused_for_good(failure: BaseException) -> bool:
+    """Whether `failure` is a model API's refusal of the request itself (see above)."""
+    status = getattr(getattr(failure, "response", None), "status_code", None)
+    return status in REFUSED_FOR_GOOD

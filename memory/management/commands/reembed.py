@@ -15,15 +15,18 @@ key in ENGRAM_EMBEDDING_API_KEY); the rest of the deployment keeps running on th
 Then set the new settings for every process: one started with the old ones refuses to start
 (`manage.py check --database default`). Resumable: an interrupted run (Ctrl-C, a crash, a
 failing embedding service) continues where it stopped when run again with the same settings;
-`--abandon` drops a build instead. Memory actions (memory.actions.reembed) do the writes.
+`--abandon` drops a build instead; `--settle` does step 4 again for a run that stopped between
+the switch and its end. Memory actions (memory.actions.reembed) do the writes.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs shipped
@@ -33,6 +36,17 @@ from memory.queries import embedding as read
 from memory.text.embeddings import Space, build_embedder, configured_space, recorded_space
 
 BATCH = 128
+# Tries at the switch's short lock before giving up (each waits write.LOCK_TIMEOUT at most).
+SWITCH_ATTEMPTS = 5
+
+
+def _settle_window() -> tuple[datetime, datetime]:
+    """From the last switch to when every process had followed it (and a minute more)."""
+    current = read.space("current")
+    if current is None or current.switched_at is None:
+        raise CommandError("The deployment has not switched models: nothing to settle.")
+    margin = timedelta(seconds=settings.ENGRAM_EMBEDDING_CHECK_SECONDS + 60)
+    return current.switched_at - timedelta(seconds=5), current.switched_at + margin
 
 
 class Command(BaseCommand):
@@ -61,6 +75,12 @@ class Command(BaseCommand):
             help="build the new vectors and their index, but do not switch yet (run again to)",
         )
         parser.add_argument(
+            "--settle",
+            action="store_true",
+            help="embed again what was written around the last switch (when a run stopped "
+            "between 'Switched' and 'Done')",
+        )
+        parser.add_argument(
             "--no-progress", action="store_true", help="no progress bar (none off a terminal)"
         )
 
@@ -75,8 +95,12 @@ class Command(BaseCommand):
             dropped = write.do_abandon()
             self.stdout.write("Switch abandoned." if dropped else "No switch was under way.")
             return
+        if options["settle"]:
+            again = self._settle(build_embedder(current), *_settle_window(), int(options["batch"]))
+            self.stdout.write(f"{again} vectors written around the last switch made again.")
+            return
         target = configured_space()
-        if target == current:
+        if target.same_model(current):
             self.stdout.write(
                 f"The deployment already uses {current.name} ({current.dimensions} dimensions): "
                 "nothing to do. Run reembed with the new model's settings."
@@ -103,14 +127,11 @@ class Command(BaseCommand):
         if options["no_switch"]:
             self.stdout.write("Built; run reembed again with these settings to switch.")
             return
-        try:
-            started = write.do_switch(building, embedder.embed)
-        except write.SwitchError as exc:
-            raise CommandError(str(exc)) from None
+        started = self._switch(building, embedder)
         self.stdout.write(f"Switched: the deployment now embeds with {target.name}.")
         # Processes follow within the check interval; what they wrote before is made again.
         time.sleep(settings.ENGRAM_EMBEDDING_CHECK_SECONDS + 1)
-        again = self._settle(embedder, started, batch)
+        again = self._settle(embedder, started, None, batch)
         self.stdout.write(
             f"Done ({again} vectors written during the switch made again). Set the new "
             "settings for every process: one started with the old ones refuses to start."
@@ -134,13 +155,30 @@ class Command(BaseCommand):
                 if bar is not None:
                     bar.update(len(names))
 
-    def _settle(self, embedder: Any, since: Any, batch: int) -> int:
-        """Embed again, in the new space, what was written from the switch on."""
+    def _switch(self, building: Any, embedder: Any) -> datetime:
+        """The switch, tried again while other transactions hold the tables too long."""
+        for attempt in range(1, SWITCH_ATTEMPTS + 1):
+            try:
+                return write.do_switch(building, embedder.embed)
+            except write.SwitchError as exc:
+                raise CommandError(str(exc)) from None
+            except psycopg.errors.LockNotAvailable:
+                if attempt == SWITCH_ATTEMPTS:
+                    raise CommandError(
+                        "Other transactions held the tables too long for the switch: run "
+                        "reembed again (nothing was switched; the new vectors are kept)."
+                    ) from None
+                self.stdout.write("The tables are busy; trying the switch again...")
+                time.sleep(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _settle(self, embedder: Any, since: Any, until: Any, batch: int) -> int:
+        """Embed again, in the current space, what was written from `since` (to `until`)."""
         count = 0
         for project_id in read.project_ids():
             after = None
             while True:
-                memories, entities = read.written_since(project_id, since, after, batch)
+                memories, entities = read.written_since(project_id, since, until, after, batch)
                 if not memories and (after is not None or not entities):
                     break
                 write.do_write_current(
