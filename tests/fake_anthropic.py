@@ -29,10 +29,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from tests.local_server import serving
 
 
 @dataclass
@@ -244,11 +246,6 @@ def chat_reply(
 @pytest.fixture
 def fake_claude() -> Iterator[FakeClaude]:
     fake = FakeClaude()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    server.daemon_threads = True
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield fake
-    server.shutdown()
-    server.server_close()
+    with serving(_handler(fake)) as port:
+        fake.url = f"http://127.0.0.1:{port}"
+        yield fake

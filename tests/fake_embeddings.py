@@ -3,8 +3,9 @@
 
 Its vectors are deterministic and mean something: each lower-cased word is hashed into one of
 the dimensions (feature hashing), so texts sharing words are near and others far, and a text's
-vector is the same on every call (`vector`). A test may make it fail (`fail_after`: that many
-requests succeed, then every one answers 500) and count what it was sent.
+vector is the same on every call (`vector`, normalised; the answers are not, and come out of
+order, as real services' may). A test may make it fail (`fail_after`: that many requests
+succeed, then every one answers 500), change its size, and read what it was sent.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
 import pytest
+
+from tests.local_server import serving
 
 WORD = re.compile(r"\w+")
 
@@ -46,15 +48,19 @@ def _handler(fake: FakeEmbeddings) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            fake.requests.append(body)
+            fake.requests.append(
+                {**body, "path": self.path, "auth": self.headers.get("Authorization")}
+            )
             failing = fake.fail_after is not None and len(fake.requests) > fake.fail_after
             if failing or self.path.rstrip("/") != "/v1/embeddings":
                 payload: dict[str, Any] = {"error": {"message": "scripted failure"}}
                 return self._send(500 if failing else 404, payload)
+            # Out of order and not normalised, as real services may answer.
             data = [
-                {"object": "embedding", "index": i, "embedding": fake.vector(text)}
-                for i, text in enumerate(body["input"])
-            ]
+                {"object": "embedding", "index": i,
+                 "embedding": [3.0 * x for x in fake.vector(text)]}
+                for i, text in reversed(list(enumerate(body["input"])))
+            ]  # fmt: skip
             self._send(200, {"object": "list", "data": data, "model": body.get("model")})
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
@@ -74,11 +80,6 @@ def _handler(fake: FakeEmbeddings) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def fake_embeddings() -> Iterator[FakeEmbeddings]:
     fake = FakeEmbeddings()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    server.daemon_threads = True
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield fake
-    server.shutdown()
-    server.server_close()
+    with serving(_handler(fake)) as port:
+        fake.url = f"http://127.0.0.1:{port}/v1"
+        yield fake

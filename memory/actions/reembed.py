@@ -23,9 +23,11 @@ May import memory.models, memory.text and tenants.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -46,17 +48,24 @@ TABLES = ("memory_memory", "memory_entityvector")
 LOCK_TIMEOUT = "3s"
 
 
-# A vector written to `embedding` clears its twin (memory migration 0027, which also made the
-# INSERT trigger: it names no column).
-CHANGED_TRIGGER = (
-    "CREATE TRIGGER {table}_embedding_changed BEFORE UPDATE OF embedding ON {table} "
-    "FOR EACH ROW WHEN (OLD.embedding IS DISTINCT FROM NEW.embedding) "
-    "EXECUTE FUNCTION engram_embedding_written()"
+# A vector written to `embedding` clears its twin (memory migration 0027's trigger and function).
+WRITTEN_TRIGGER = (
+    "CREATE TRIGGER {table}_embedding_written BEFORE INSERT OR UPDATE OF embedding ON {table} "
+    "FOR EACH ROW EXECUTE FUNCTION engram_embedding_written()"
 )
 
 
 class SwitchError(RuntimeError):
     """The switch cannot be made (another build is under way, the index is missing, ...)."""
+
+
+class WrittenMeanwhile(RuntimeError):  # noqa: N818 - a state, not an error to report
+    """More rows were written since the last pass than the switch embeds while it holds the
+    tables: nothing was switched; another pass first (outside the lock), then again."""
+
+
+# At most this many vectors are made while the switch holds the tables (reads wait meanwhile).
+MAX_WHILE_HELD = 200
 
 
 def do_begin(target: Space) -> EmbeddingSpace:
@@ -196,13 +205,20 @@ _MISSING_MEMORIES = "SELECT id, text, hash, state FROM memory_memory WHERE embed
 _MISSING_ENTITIES = "SELECT id, entity_name FROM memory_entityvector WHERE embedding_next IS NULL"
 
 
-def do_switch(target: EmbeddingSpace, embed: Callable[[list[str]], Vectors]) -> datetime:
-    """Make `target` the current space; returns when the switch began (what was written from
-    then on may come from a process that had not yet followed: `do_write_current`)."""
+@dataclass(frozen=True)
+class Switched:
+    started: datetime  # what was written from then on may be a stale process's
+    held: float  # seconds the tables were held (reads and writes waited)
+
+
+def do_switch(target: EmbeddingSpace, embed: Callable[[list[str]], Vectors]) -> Switched:
+    """Make `target` the current space (what was written from `started` on may come from a
+    process that had not yet followed: `do_write_current`)."""
     started = timezone.now()
     with owner_connection(autocommit=False) as owner:
         owner.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         owner.execute("LOCK TABLE memory_memory, memory_entityvector IN ACCESS EXCLUSIVE MODE")
+        locked = time.perf_counter()
         ready = owner.execute(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "WHERE c.relname = %s",
@@ -215,12 +231,12 @@ def do_switch(target: EmbeddingSpace, embed: Callable[[list[str]], Vectors]) -> 
         _fill_last(owner, target.dimensions, embed)
         for table in TABLES:
             # The trigger that clears a twin names the column: dropped and made again.
-            owner.execute(f"DROP TRIGGER {table}_embedding_changed ON {table}")
+            owner.execute(f"DROP TRIGGER {table}_embedding_written ON {table}")
             owner.execute(f"ALTER TABLE {table} RENAME COLUMN embedding TO embedding_retired")
             owner.execute(f"ALTER TABLE {table} RENAME COLUMN embedding_next TO embedding")
             owner.execute(f"ALTER TABLE {table} DROP COLUMN embedding_retired")
             owner.execute(f"ALTER TABLE {table} ADD COLUMN embedding_next vector")
-            owner.execute(CHANGED_TRIGGER.format(table=table))
+            owner.execute(WRITTEN_TRIGGER.format(table=table))
             owner.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
         owner.execute("ALTER TABLE memory_memory ALTER COLUMN embedding_next SET STORAGE MAIN")
         # Dropping the old column dropped its index.
@@ -231,14 +247,18 @@ def do_switch(target: EmbeddingSpace, embed: Callable[[list[str]], Vectors]) -> 
             [target.pk],
         )
         owner.commit()
-    return started
+    return Switched(started, time.perf_counter() - locked)
 
 
 def _fill_last(
     owner: psycopg.Connection[Any], dimensions: int, embed: Callable[[list[str]], Vectors]
 ) -> None:
-    """Vectors for the rows written since the last pass (few: the tables are held meanwhile)."""
+    """Vectors for the rows written since the last pass (few: the tables are held meanwhile;
+    more than MAX_WHILE_HELD give up the switch, WrittenMeanwhile)."""
     memories = owner.execute(_MISSING_MEMORIES).fetchall()
+    entities = owner.execute(_MISSING_ENTITIES).fetchall()
+    if len(memories) + len(entities) > MAX_WHILE_HELD:
+        raise WrittenMeanwhile
     texts = [m[1] for m in memories if m[3] != "redacted"]
     vectors = iter(embed(texts)) if texts else iter(())
     for memory_id, _, _, state in memories:
@@ -249,7 +269,6 @@ def _fill_last(
             "UPDATE memory_memory SET embedding_next = %s::vector WHERE id = %s",
             [value, memory_id],
         )
-    entities = owner.execute(_MISSING_ENTITIES).fetchall()
     if entities:
         for (entity_id, _), vector in zip(entities, embed([e[1] for e in entities]), strict=True):
             owner.execute(

@@ -61,6 +61,13 @@ class GraphPlan:
     ended: dict[int, Ended] = field(default_factory=dict)
     rejected: list[str] = field(default_factory=list)
 
+    def names(self) -> list[str]:
+        """The entity names the plan may record (its entities and its triples' ends)."""
+        if self.status != "SUCCEEDED":
+            return []
+        ends = [name for t in self.triples for name in (t.source, t.destination)]
+        return [e.name for e in self.entities] + ends
+
 
 @dataclass
 class Ended:

@@ -35,8 +35,9 @@ seen rather than silent: `states_first_person` reads the statements as the offli
 does.
 
 May import those modules, llm.types, llm.waits (a failure's Retry-After) and llm.offline (what
-a first-person statement is), memory.models, memory.queries, memory.text and tenants; writes go
-through extraction.apply (memory.actions).
+a first-person statement is), memory.graph (entity names embedded before the transaction),
+memory.models, memory.queries, memory.text and tenants; writes go through extraction.apply
+(memory.actions).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import uuid
 
 from django.conf import settings
 
+from memory import graph
 from memory.extraction.apply import StaleDecisionError, apply
 from memory.extraction.claims import (
     Claim,
@@ -196,8 +198,12 @@ def run(claimed: Claim, extractor: Extractor) -> None:
     chosen, settled = settle(decided, facts, open_facts, asked)
     plan = plan_graph(job, facts, chosen, extractor)
     chosen = superseding(claimed.project_id, scope, chosen, plan)
+    # The entity names the graph may record, embedded before the transaction (a hosted
+    # embedder is an HTTP call).
+    vectors = graph.name_vectors(claimed.project_id, graph.Scope.of(scope), plan.names())
     renew(claimed)
-    apply(job, prepared, chosen, notes + settled, plan=plan, warning=warning)
+    with graph.names_embedded(vectors):
+        apply(job, prepared, chosen, notes + settled, plan=plan, warning=warning)
 
 
 def states_first_person(context: Context) -> bool:

@@ -100,6 +100,8 @@ from memory.graph.writes import (
     invalidate_relations,
     link_memory,
     lock_entities,
+    name_vectors,
+    names_embedded,
     upsert_entity,
     upsert_relation,
 )
@@ -129,6 +131,8 @@ __all__ = [
     "link_mentions",
     "lock_entities",
     "memory_ids_for_entities",
+    "name_vectors",
+    "names_embedded",
     "normalise_name",
     "normalise_relationship",
     "reinstate_memories",

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from memory.graph.age import ensure_graph
 from memory.graph.values import ProjectId, Scope, _exact_scope, normalise_name
-from memory.graph.writes import _link, _lock_entities, _remember_names
+from memory.graph.writes import (
+    _link,
+    _lock_entities,
+    _remember_names,
+    name_vectors,
+    names_embedded,
+)
 from memory.models import SCOPE_FIELDS, Memory, MemoryEntity
 from memory.text.recognise import known_names, mentions_self, recognise, self_entity
 from tenants.db import project_context
@@ -75,7 +82,7 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
     made = 0
     for start in range(0, len(work), LINK_CHUNK):
         chunk = work[start : start + LINK_CHUNK]
-        with project_context(project):
+        with names_embedded(_chunk_vectors(project, chunk)), project_context(project):
             graph = ensure_graph(project)
             for scope in {scope for _, scope, _ in chunk}:
                 names = [name for _, s, pairs in chunk if s == scope for name, _ in pairs]
@@ -91,6 +98,17 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
             for scope, new_names in linked_names.items():  # the chunk's new names, one batch
                 _remember_names(project, scope, sorted(new_names))
     return made
+
+
+def _chunk_vectors(
+    project: ProjectId, chunk: list[tuple[Memory, Scope, list[tuple[str, str]]]]
+) -> dict[str, Any]:
+    """The chunk's new entity names embedded, before (outside) its transaction."""
+    vectors: dict[str, Any] = {}
+    for scope in {scope for _, scope, _ in chunk}:
+        names = [name for _, s, pairs in chunk if s == scope for name, _ in pairs]
+        vectors.update(name_vectors(project, scope, names))
+    return vectors
 
 
 def _scope_entity_names(project: ProjectId, scope: Scope) -> list[str]:

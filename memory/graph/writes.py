@@ -5,7 +5,8 @@ Owns: the upsert of an entity (merged on its normalised name and scope) and the 
 (a duplicate merged; its memory linked to both ends) and the invalidation of relations (by id
 or by match; never a delete); linking a memory to entities (link_memory: vertices and
 MemoryEntity rows); the vectors of a scope's entity names (EntityVector, for search's matching
-by meaning; embed_entity_names fills in those missing). Of engram, may import memory.models,
+by meaning, embedded outside the transactions that record them: name_vectors, names_embedded;
+embed_entity_names fills in those missing). Of engram, may import memory.models,
 memory.text.embeddings, tenants and memory.graph.values, .statements, .age and .reads.
 """
 
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 
 from django.db import connection
@@ -283,10 +287,47 @@ def _link(
     return linked
 
 
+# The vectors of entity names embedded before the transaction that may record them
+# (name_vectors, given by `names_embedded`): a hosted embedder is an HTTP call, which must never
+# hold a transaction open. A name not among them is embedded where it is recorded.
+_EMBEDDED: ContextVar[Mapping[str, Any]] = ContextVar(
+    "embedded_names", default=MappingProxyType({})
+)
+
+
+def name_vectors(project: ProjectId, scope: Scope, names: Iterable[str]) -> dict[str, Any]:
+    """The vectors of those of `names` (normalised) the scope has none for yet, embedded now:
+    outside any transaction, for the writes that follow (`names_embedded`)."""
+    wanted = sorted({_entity_name(name) for name in names} - {""})
+    if not wanted:
+        return {}
+    with project_context(project):
+        have = set(
+            EntityVector.objects.filter(
+                project_id=project, entity_name__in=wanted, **_exact_scope(scope)
+            ).values_list("entity_name", flat=True)
+        )
+    missing = [name for name in wanted if name not in have]
+    if not missing:
+        return {}
+    return dict(zip(missing, embed_words(missing), strict=True))  # a word may be precomputed
+
+
+@contextmanager
+def names_embedded(vectors: Mapping[str, Any]) -> Iterator[None]:
+    """Within the block, entity names of `vectors` are recorded with them (not embedded)."""
+    token = _EMBEDDED.set({**_EMBEDDED.get(), **vectors})
+    try:
+        yield
+    finally:
+        _EMBEDDED.reset(token)
+
+
 def _remember_names(project: ProjectId, scope: Scope, names: Sequence[str]) -> None:
     """Give each of the scope's entity `names` its vector (EntityVector) if it has none yet:
-    search matches query words against them by meaning. The missing ones are embedded in one
-    batch; a concurrent writer of the same name is ignored (the same name, the same vector)."""
+    search matches query words against them by meaning. The missing ones come from
+    `names_embedded`, or are embedded in one batch; a concurrent writer of the same name is
+    ignored (the same name, the same vector)."""
     if not names:
         return
     filters = _exact_scope(scope)
@@ -298,11 +339,15 @@ def _remember_names(project: ProjectId, scope: Scope, names: Sequence[str]) -> N
     missing = sorted(set(names) - have)
     if not missing:
         return
-    vectors = embed_words(missing)  # a one-word name may be precomputed
+    embedded = _EMBEDDED.get()
+    rest = [name for name in missing if name not in embedded]
+    found = {**embedded, **dict(zip(rest, embed_words(rest), strict=True))} if rest else embedded
     EntityVector.objects.bulk_create(
         [
-            EntityVector(project_id=project, entity_name=name, embedding=vector, **scope.as_dict())
-            for name, vector in zip(missing, vectors, strict=True)
+            EntityVector(
+                project_id=project, entity_name=name, embedding=found[name], **scope.as_dict()
+            )
+            for name in missing
         ],
         ignore_conflicts=True,
     )
@@ -327,8 +372,9 @@ def embed_entity_names(project: ProjectId, chunk: int = 500) -> int:
         by_scope.setdefault(Scope.of(dict(zip(SCOPE_FIELDS, ids, strict=True))), []).append(name)
     for scope, names in by_scope.items():
         for start in range(0, len(names), chunk):
-            with project_context(project):
-                _remember_names(project, scope, names[start : start + chunk])
+            part = names[start : start + chunk]
+            with names_embedded(name_vectors(project, scope, part)), project_context(project):
+                _remember_names(project, scope, part)
     return sum(len(names) for names in by_scope.values())
 
 

@@ -18,10 +18,15 @@ from django.db import migrations, models
 
 TABLES = ("memory_memory", "memory_entityvector")
 
+# The vector comparison is in the body, under a fixed search_path: a trigger's WHEN clause is
+# restored by pg_restore with an empty search_path, where pgvector's `=` cannot be found.
 TRIGGER_FUNCTION = """
 CREATE OR REPLACE FUNCTION engram_embedding_written() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog AS $$
 BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.embedding IS NOT DISTINCT FROM NEW.embedding THEN
+        RETURN NEW;
+    END IF;
     NEW.embedded_at := clock_timestamp();
     NEW.embedding_next := NULL;
     RETURN NEW;
@@ -67,13 +72,9 @@ def install(apps, schema_editor):
         cursor.execute(TRIGGER_FUNCTION)
         for table in TABLES:
             cursor.execute(
-                f"CREATE TRIGGER {table}_embedding_added BEFORE INSERT ON {table} "
+                f"CREATE TRIGGER {table}_embedding_written "
+                f"BEFORE INSERT OR UPDATE OF embedding ON {table} "
                 "FOR EACH ROW EXECUTE FUNCTION engram_embedding_written()"
-            )
-            cursor.execute(
-                f"CREATE TRIGGER {table}_embedding_changed BEFORE UPDATE OF embedding ON {table} "
-                "FOR EACH ROW WHEN (OLD.embedding IS DISTINCT FROM NEW.embedding) "
-                "EXECUTE FUNCTION engram_embedding_written()"
             )
         cursor.execute(
             "INSERT INTO memory_embeddingspace "

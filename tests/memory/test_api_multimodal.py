@@ -9,10 +9,9 @@ extractor skips them with a note.
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.config.test_env import KEY, start_django
 from tests.fake_anthropic import FakeClaude, Reply
+from tests.local_server import serving
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(17)
 PNG_URI = "data:image/png;base64," + base64.b64encode(PNG).decode()
@@ -80,14 +80,9 @@ def doc_server() -> Iterator[DocServer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    docs.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield docs
-    server.shutdown()
-    server.server_close()
+    with serving(Handler) as port:
+        docs.host = f"127.0.0.1:{port}"
+        yield docs
 
 
 class MultimodalTestCase(BaseTestCase):

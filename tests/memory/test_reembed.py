@@ -130,7 +130,7 @@ class Api:
 
 
 def test_a_deployment_switches_models_while_it_serves_and_back(
-    client: Any, fake_embeddings: FakeEmbeddings
+    client: Any, fake_embeddings: FakeEmbeddings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api = Api(client)
     ids = [api.add(text) for text in MEMORIES]
@@ -178,8 +178,19 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
     assert dimensions(api.project)["memory_memory next"] == {768, None}  # the twins cleared
 
     # The switch: the new vectors take the old ones' place; this process follows at once.
+    # (Were much written between the last pass and the lock, the switch would make another
+    # pass first, rather than embed it all while it holds the tables: once here.)
+    fill_last, held = write._fill_last, iter([True])
+
+    def busy_once(*args: Any) -> None:
+        if next(held, False):
+            raise write.WrittenMeanwhile
+        fill_last(*args)
+
+    monkeypatch.setattr(write, "_fill_last", busy_once)
     with hosted(fake_embeddings):
         done = reembed()
+        assert "one more pass first" in done
         assert "Switched: the deployment now embeds with openai-compatible:fake-768" in done
         assert embeddings.active_space().dimensions == 768
         assert api.top("vinyl records") == "I collect vinyl records"
@@ -277,6 +288,11 @@ def test_reembed_explains_itself(
             with pytest.raises(CommandError, match="held the tables too long"):
                 call_command("reembed", "--no-progress", stdout=out)
             assert "trying the switch again" in out.getvalue()
+        assert EmbeddingSpace.objects.get(state="building").name == "openai-compatible:fake-768"
+        # Writes that never stop coming: a few passes, then it stops, switching nothing.
+        monkeypatch.setattr(write, "MAX_WHILE_HELD", -1)
+        with pytest.raises(CommandError, match="kept being written faster"):
+            reembed()
         assert EmbeddingSpace.objects.get(state="building").name == "openai-compatible:fake-768"
     # Another model's build under way: refused, until abandoned.
     with hosted(fake_embeddings, ENGRAM_EMBEDDING_MODEL="other", EMBEDDING_DIMENSIONS=512):
