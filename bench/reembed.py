@@ -124,6 +124,7 @@ def main() -> None:
         "DATABASE_URL": url_for(os.environ["DATABASE_URL"], NAME),
         "DATABASE_OWNER_URL": url_for(owner_url, NAME),
         "ENGRAM_LOG_LEVEL": "WARNING",
+        "ENGRAM_API_RATE": "off",  # one client searching flat out, not throttled
     }
     try:
         with contextlib.ExitStack() as stack:

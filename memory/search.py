@@ -11,14 +11,18 @@ are memory.retrieval.search's alone. May import memory.queries, memory.retrieval
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from django.db import DataError
+
+from config.exceptions import switching_embeddings
 from memory import graph, queries
 from memory.models import MemoryQuerySet
 from memory.retrieval.search import ScoredMemory, hybrid_search, pinned_scope
-from memory.text.embeddings import in_process
+from memory.text.embeddings import active_space, in_process
 from memory.text.query import Query, analyse, with_own_names
 from memory.text.recognise import query_names
 from tenants.db import project_context
@@ -27,6 +31,8 @@ from tenants.db import project_context
 # it too): retrieval.scoring calibrates the score so that this keeps the evidence and drops what
 # a scope holds nothing about.
 DEFAULT_THRESHOLD = 0.5
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,20 @@ def own_names(project_id: uuid.UUID, memories: MemoryQuerySet, query: Query) -> 
 def _subject(scope: dict[str, Any]) -> str:
     """How a query in this scope calls its own user or agent; "" when none is pinned."""
     return "the user" if scope.get("user_id") else "the agent" if scope.get("agent_id") else ""
+
+
+def following_a_switch(attempt: Callable[[], T]) -> T:
+    """Run `attempt` (prepare, then search in the caller's transaction); when it meets vectors of
+    another embedding model (the deployment switched models a moment ago and this process has
+    not yet followed: memory.text.embeddings), follow now and run it once more, so a search
+    answers through a switch."""
+    try:
+        return attempt()
+    except DataError as exc:
+        if not switching_embeddings(exc):
+            raise
+    active_space(fresh=True)
+    return attempt()
 
 
 def search(

@@ -25,22 +25,27 @@ def search(request: Request, *, envelope: bool) -> Response:
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
     memories = matching(request, data)
-    query = searching.prepare(
-        project_id(request), memories, data["query"], reference=data.get("reference_date")
-    )
-    with tenant(request) as project:
-        found = searching.search(
-            project,
-            memories,
-            query,
-            top_k=data.get("limit") or data["top_k"],
-            threshold=data["threshold"],
-            # The lineage of what was found, when superseded versions are asked for: a default
-            # search (latest only) is on every LLM call's path and skips this query.
-            linked=not data.get("latest_only", True),
-            relations_of=s.merged_filters(data) if data["enable_graph"] else None,
+
+    def attempt() -> searching.Found:
+        query = searching.prepare(
+            project_id(request), memories, data["query"], reference=data.get("reference_date")
         )
-        note_access(request, result_count=len(found.hits))
+        with tenant(request) as project:
+            found = searching.search(
+                project,
+                memories,
+                query,
+                top_k=data.get("limit") or data["top_k"],
+                threshold=data["threshold"],
+                # The lineage of what was found, when superseded versions are asked for: a
+                # default search (latest only) is on every LLM call's path and skips this query.
+                linked=not data.get("latest_only", True),
+                relations_of=s.merged_filters(data) if data["enable_graph"] else None,
+            )
+            note_access(request, result_count=len(found.hits))
+        return found
+
+    found = searching.following_a_switch(attempt)
     items = [
         {
             **s.memory_data(hit.memory, found.linked.get(hit.memory.id)),

@@ -273,16 +273,17 @@ def search_memories(
     body = {"query": query, "top_k": top_k, "filters": bound_filters(caller.fixed, filters)}
     data = valid(s.SearchSerializer(data=body))
     memories = matching(request, data)
-    analysed = searching.prepare(common.project_id(request), memories, data["query"])
-    with tenant(request) as project:
-        found = searching.search(
-            project,
-            memories,
-            analysed,
-            top_k=data["top_k"],
-            threshold=data["threshold"],
-        )
-        note_access(request, result_count=len(found.hits))
+
+    def attempt() -> searching.Found:
+        analysed = searching.prepare(common.project_id(request), memories, data["query"])
+        with tenant(request) as project:
+            found = searching.search(
+                project, memories, analysed, top_k=data["top_k"], threshold=data["threshold"]
+            )
+            note_access(request, result_count=len(found.hits))
+        return found
+
+    found = searching.following_a_switch(attempt)
     results = [{**s.memory_data(h.memory), "score": round(h.score.score, 6)} for h in found.hits]
     return answer(lines(results), {"results": results})
 

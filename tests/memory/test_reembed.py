@@ -234,11 +234,11 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
     assert not run_checks(databases=["default"])
 
 
-def test_a_process_that_has_not_followed_yet_gets_a_503_to_retry(
+def test_a_process_that_has_not_followed_yet_writes_nothing_and_searches_after_following(
     client: Any, fake_embeddings: FakeEmbeddings
 ) -> None:
-    """Between a switch and the next check, a process still on the old model writes nothing
-    and answers 503 with Retry-After; it follows at its next check."""
+    """Between a switch and its next check, a process still on the old model writes nothing
+    (503 with Retry-After); a search that meets the new vectors follows at once and answers."""
     api = Api(client)
     api.add("I live in Lisbon")
     with hosted(fake_embeddings):
@@ -255,10 +255,9 @@ def test_a_process_that_has_not_followed_yet_gets_a_503_to_retry(
         assert answer.status_code == 503, answer.content
         assert answer.headers["Retry-After"] == "3601"
         assert "being switched" in answer.json()["detail"]
-        assert api.search("tea").status_code == 503
-    embeddings._checked = 0.0
-    assert api.top("Lisbon") == "I live in Lisbon"  # followed: the new model embeds
-    assert embeddings.active_space().name == "openai-compatible:fake-768"
+        assert embeddings.active_space().name == "local:all-MiniLM-L6-v2"  # not yet followed
+        assert api.top("Lisbon") == "I live in Lisbon"  # followed, and searched again
+        assert embeddings.active_space().name == "openai-compatible:fake-768"
     assert api.add("I like tea")
     assert dimensions(api.project)["memory_memory"] == {768}
     # What was written around the switch, embedded again on demand (a run cut short).
