@@ -154,6 +154,11 @@ def home(request: HttpRequest, me: EndUser) -> HttpResponse:
     error = ""
     if len(query) > MAX_QUERY_CHARS:
         error, query = f"Search for at most {MAX_QUERY_CHARS} characters.", ""
+    # The page again, once, after following an embedding switch (memory.search).
+    return searching.following_a_switch(lambda: _home_page(request, me, query, error))
+
+
+def _home_page(request: HttpRequest, me: EndUser, query: str, error: str) -> HttpResponse:
     mine = queries.user_memories(me.project_id, me.user_id).light()
     # Before the transaction: may be HTTP.
     analysed = searching.prepare(me.project_id, mine, query) if query else None

@@ -192,6 +192,21 @@ def memory_list(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     valid = form.is_valid()
     text = form.cleaned_data["q"] if valid else ""
     found = form.memories(dash.project.pk) if valid else None
+    # The page again, once, after following an embedding switch (memory.search).
+    return searching.following_a_switch(
+        lambda: _memory_page(request, dash, form=form, context=context, text=text, found=found)
+    )
+
+
+def _memory_page(
+    request: HttpRequest,
+    dash: Dashboard,
+    *,
+    form: MemoryFilterForm,
+    context: dict[str, Any],
+    text: str,
+    found: Any,
+) -> HttpResponse:
     query: Query | None = None
     if text and found is not None:
         try:

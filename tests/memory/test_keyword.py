@@ -138,8 +138,8 @@ class LexemeQueryTestCase(HypothesisTestCase):
 
 class LargeScopeTestCase(BaseTestCase):
     """From FREQUENT_FROM memories on, a word more than a quarter of the scope has is not matched
-    on; above KEYWORD_SAMPLE memories the statistics come from a sample (both patched down to 4
-    memories here)."""
+    on; above KEYWORD_SAMPLE memories the statistics come from a sample (both patched down
+    here)."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -180,14 +180,21 @@ class LargeScopeTestCase(BaseTestCase):
             assert len(self.matched("Caroline")) == 5  # every query word is frequent
 
     def test_a_large_scopes_frequent_word_is_not_matched_on(self) -> None:
+        # Four more memories, each its own conversation: 9 in all, "caroline" in every one,
+        # "pottery" in 2 (its own and the previous message's context). The statistics come from
+        # a sample of 8, whichever 8 the scan gives: "caroline" is in more than a quarter of
+        # them, "pottery" in 2 at most, not more.
+        with override_settings(ENGRAM_CONVERSATION_GAP_SECONDS=0), project_context(self.project.pk):
+            for word in ("garden", "chess", "river", "music"):
+                add_texts(self.project, [f"Caroline {word}"], user_id="dana")
         with (
-            mock.patch.object(search, "KEYWORD_SAMPLE", 4),
+            mock.patch.object(search, "KEYWORD_SAMPLE", 8),
             mock.patch.object(search, "FREQUENT_FROM", 4),
         ):
             # "pottery", and the message before it, whose keyword context has the word.
             assert self.matched("Caroline pottery") == {"Caroline pottery", "Caroline lake"}
             # Unless every query word is that frequent.
-            assert len(self.matched("Caroline")) == 5
+            assert len(self.matched("Caroline")) == 9
             with project_context(self.project.pk):
                 hits = hybrid_search(
                     scope_memories(self.project.pk, scope_of("dana")).active(),

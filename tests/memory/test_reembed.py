@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.checks import run_checks
 from django.core.management import CommandError, call_command
 from django.db import DataError, connection
@@ -28,6 +29,7 @@ from memory.models import EmbeddingSpace
 from memory.text import embeddings
 from memory.text.embeddings import EmbeddingError, OpenAICompatibleEmbedder
 from tenants.db import project_context
+from tenants.models import Membership
 from tests.factory import auth, make_key
 from tests.fake_embeddings import FakeEmbeddings
 
@@ -257,6 +259,18 @@ def test_a_process_that_has_not_followed_yet_writes_nothing_and_searches_after_f
         assert "being switched" in answer.json()["detail"]
         assert embeddings.active_space().name == "local:all-MiniLM-L6-v2"  # not yet followed
         assert api.top("Lisbon") == "I live in Lisbon"  # followed, and searched again
+        assert embeddings.active_space().name == "openai-compatible:fake-768"
+        # The operator dashboard's search too.
+        embeddings._active, embeddings._checked = stale, float("inf")
+        operator = get_user_model().objects.create_user("olive", password="pw")
+        Membership.objects.create(
+            user=operator, organization=api.key.key.project.organization, role="owner"
+        )
+        client.force_login(operator)
+        page = client.get(
+            f"/dashboard/p/{api.project}/memories/", {"q": "Lisbon", "user_id": "alice"}
+        )
+        assert page.status_code == 200 and b"I live in Lisbon" in page.content
         assert embeddings.active_space().name == "openai-compatible:fake-768"
     assert api.add("I like tea")
     assert dimensions(api.project)["memory_memory"] == {768}
