@@ -46,6 +46,8 @@ TABLES = ("memory_memory", "memory_entityvector")
 # How long the switch waits for the tables (transactions in flight) before it gives up and tries
 # again: queries queue behind a waiting lock.
 LOCK_TIMEOUT = "3s"
+# A redacted memory's vector of N dimensions, and so its twin: zeros (its text is gone).
+_ZEROS = "array_fill(0::real, ARRAY[%s])::vector"
 
 
 # A vector written to `embedding` clears its twin (memory migration 0027's trigger and function).
@@ -128,8 +130,7 @@ def do_write_redacted(project_id: uuid.UUID, dimensions: int) -> int:
     """A redacted memory's twin is zeros, as its vector is (its text is gone for good)."""
     with project_context(project_id), connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE memory_memory SET embedding_next = "
-            "array_fill(0::real, ARRAY[%s])::vector "
+            f"UPDATE memory_memory SET embedding_next = {_ZEROS} "  # noqa: S608 - a constant
             "WHERE project_id = %s AND state = 'redacted' AND embedding_next IS NULL",
             [dimensions, project_id],
         )
@@ -201,7 +202,13 @@ def do_build_index(dimensions: int) -> None:
 
 # What the last rows without a twin are, in every project (row-level security is lifted for
 # the switch's transaction, which holds the tables alone).
-_MISSING_MEMORIES = "SELECT id, text, hash, state FROM memory_memory WHERE embedding_next IS NULL"
+_MISSING_MEMORIES = (
+    "SELECT id, text FROM memory_memory WHERE embedding_next IS NULL AND state <> 'redacted'"
+)
+_ZEROS_FOR_REDACTED = (
+    f"UPDATE memory_memory SET embedding_next = {_ZEROS} "  # noqa: S608 - constants
+    "WHERE state = 'redacted' AND embedding_next IS NULL"
+)
 _MISSING_ENTITIES = "SELECT id, entity_name FROM memory_entityvector WHERE embedding_next IS NULL"
 
 
@@ -259,16 +266,14 @@ def _fill_last(
     entities = owner.execute(_MISSING_ENTITIES).fetchall()
     if len(memories) + len(entities) > MAX_WHILE_HELD:
         raise WrittenMeanwhile
-    texts = [m[1] for m in memories if m[3] != "redacted"]
-    vectors = iter(embed(texts)) if texts else iter(())
-    for memory_id, _, _, state in memories:
-        value = (
-            f"[{','.join(['0'] * dimensions)}]" if state == "redacted" else literal(next(vectors))
-        )
-        owner.execute(
-            "UPDATE memory_memory SET embedding_next = %s::vector WHERE id = %s",
-            [value, memory_id],
-        )
+    owner.execute(_ZEROS_FOR_REDACTED, [dimensions])
+    if memories:
+        vectors = embed([m[1] for m in memories])
+        for (memory_id, _), vector in zip(memories, vectors, strict=True):
+            owner.execute(
+                "UPDATE memory_memory SET embedding_next = %s::vector WHERE id = %s",
+                [literal(vector), memory_id],
+            )
     if entities:
         for (entity_id, _), vector in zip(entities, embed([e[1] for e in entities]), strict=True):
             owner.execute(

@@ -13,6 +13,7 @@ per process and space, on first use.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -28,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 
 from config.exceptions import RefusedError, ServiceUnavailableError
 
@@ -369,31 +370,17 @@ CURRENT_SPACE_SQL = (
 
 def recorded_space() -> Space | None:
     """The deployment's current embedding space, or None before it is recorded (no table, or
-    no row yet: the first `migrate` has not run)."""
+    no row yet: the first `migrate` has not run). Inside a transaction the read is a savepoint
+    of its own, so that a failed one leaves the caller's transaction usable."""
+    guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     with connection.cursor() as cursor:
         try:
-            with transaction_savepoint():
+            with guard:
                 cursor.execute(CURRENT_SPACE_SQL)
                 row = cursor.fetchone()
         except DatabaseError:
             return None
     return Space(*row) if row else None
-
-
-def transaction_savepoint() -> Any:
-    """A savepoint when inside a transaction (a failed read must not break the caller's), else
-    nothing."""
-    from django.db import transaction
-
-    return transaction.atomic() if connection.in_atomic_block else _NoBlock()
-
-
-class _NoBlock:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 _lock = threading.Lock()

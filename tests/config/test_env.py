@@ -132,3 +132,27 @@ def test_it_starts_with_debug_off_by_default() -> None:
         check=True,
     )
     assert result.stdout.split(" ", 1) == ["False", "['localhost', '127.0.0.1', '[::1]']\n"]
+
+
+def test_it_refuses_a_model_configuration_it_cannot_run() -> None:
+    """The extraction provider and the embedding model's settings, checked at start-up."""
+    base = {"DATABASE_URL": "postgresql://u:p@127.0.0.1:1/x", "ENGRAM_SECRET_KEY": KEY}
+    refused = {
+        "ENGRAM_LLM_PROVIDER=claude needs ANTHROPIC_API_KEY": {"ENGRAM_LLM_PROVIDER": "claude"},
+        "ENGRAM_LLM_PROVIDER=openai needs ENGRAM_LLM_MODEL": {"ENGRAM_LLM_PROVIDER": "openai"},
+        "must be one of": {"ENGRAM_OPENAI_OUTPUT": "xml"},
+        "at most 2000": {
+            "ENGRAM_EMBEDDER": "openai-compatible", "ENGRAM_EMBEDDING_URL": "http://e/v1",
+            "ENGRAM_EMBEDDING_DIMENSIONS": "3072",
+        },
+        "gives 384 dimensions": {"ENGRAM_EMBEDDING_DIMENSIONS": "768"},
+    }  # fmt: skip
+    for message, env in refused.items():
+        result = start_django(**base, **env)
+        assert result.returncode != 0 and message in result.stderr, (env, result.stderr[-300:])
+    accepted = start_django(
+        **base, ENGRAM_LLM_PROVIDER="openai", ENGRAM_LLM_MODEL="qwen3:8b",
+        ENGRAM_EMBEDDER="openai-compatible", ENGRAM_EMBEDDING_URL="http://e/v1",
+        ENGRAM_EMBEDDING_DIMENSIONS="768",
+    )  # fmt: skip
+    assert accepted.returncode == 0, accepted.stderr[-300:]

@@ -106,8 +106,8 @@ def hnsw_index() -> str:
 
 
 class Api:
-    def __init__(self, client: Any) -> None:
-        self.client, self.key = client, make_key("acme", "reembed")
+    def __init__(self, client: Any, project: str = "reembed") -> None:
+        self.client, self.key = client, make_key("acme", project)
         self.project = self.key.key.project_id
 
     def add(self, text: str) -> str:
@@ -136,6 +136,8 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
 ) -> None:
     api = Api(client)
     ids = [api.add(text) for text in MEMORIES]
+    other = Api(client, "other")  # a second project: every project's vectors are switched
+    other.add("I work at the harbour")
     redacted = api.add("My locker code is 4417")
     answer = client.post(
         f"/v1/memories/{redacted}/redact/", {}, content_type="application/json",
@@ -209,6 +211,9 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
             assert "nothing to do" in reembed()
     found = dimensions(api.project)
     assert found["memory_memory"] == found["memory_entityvector"] == {768}
+    assert dimensions(other.project)["memory_memory"] == {768}
+    with hosted(fake_embeddings):
+        assert other.top("harbour") == "I work at the harbour"
     assert found["memory_memory next"] == {None}
     assert "vector(768)" in hnsw_index()
     states = dict(EmbeddingSpace.objects.values_list("name", "state"))
