@@ -21,7 +21,10 @@ server in turn (the order rotating), so their latencies are measured under the s
 
     make run   # in another terminal (or any engram URL + key)
     .venv/bin/python bench/locomo.py [--data ../shared/data/locomo-dev.json] [--host URL --api-key KEY]
-        [--per-turn] [--calibration] [--also-host URL ...]
+        [--per-turn] [--calibration] [--also-host URL ...] [--keep | --reuse RUN]
+
+--keep leaves the stored turns in place and prints the run's id; --reuse RUN searches the turns
+a kept run stored (no ingest), e.g. to time search again after a change to the server.
 """
 
 from __future__ import annotations
@@ -241,6 +244,8 @@ def main() -> None:
         help="also report precision/recall of fixed score thresholds, and each question's best "
         "score in its own conversation against in another one (one more search per question)",
     )
+    parser.add_argument("--keep", action="store_true", help="keep the stored turns (see --reuse)")
+    parser.add_argument("--reuse", metavar="RUN", help="search a kept run's turns, storing none")
     args = parser.parse_args()
     if not args.api_key:
         sys.exit("No API key: run `make run` first, or pass --api-key / set ENGRAM_API_KEY.")
@@ -248,21 +253,18 @@ def main() -> None:
     if args.limit:
         data = data[: args.limit]
     api = Api(args.host, args.api_key)
-    run = uuid.uuid4().hex[:8]
+    run = args.reuse or uuid.uuid4().hex[:8]
     add_times: list[float] = []
     started = time.perf_counter()
-    turns = 0
     users = [f"locomo-{sample['sample_id']}-{run}" for sample in data]
-    for sample, user_id in zip(data, users, strict=True):
-        stored, timings = ingest(api, sample, user_id, per_turn=args.per_turn)
-        turns += stored
-        add_times += timings
+    turns = 0 if args.reuse else store(api, data, users, add_times, per_turn=args.per_turn)
     wait_for_entity_linking()
     hosts = [args.host, *args.also_host]
     print(f"command: {' '.join(sys.argv)}")
     print(
         f"data: {args.data} — {len(data)} conversations, {turns} turns stored "
         f"({'one add per turn' if args.per_turn else 'one add per session'})"
+        + (f", stored by run {run}" if args.reuse else "")
     )
     calibrate = args.calibration and len(users) > 1  # another conversation to ask in
     runs = [
@@ -284,13 +286,30 @@ def main() -> None:
             f"rankings of {server.host} identical to {runs[0].host}'s: "
             f"{same} of {len(server.rankings)} questions"
         )
-    for user_id in users:
-        api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
+    if args.keep or args.reuse:
+        print(f"stored turns kept: --reuse {run}")
+    else:
+        for user_id in users:
+            api.call("DELETE", "/v1/memories/", params={"user_id": user_id})
     unit = "turn" if args.per_turn else "session"
-    print(
-        f"add latency per {unit} (infer=false): {fmt_ms(percentiles(add_times))} over {len(add_times)}"
-    )
+    if add_times:
+        print(
+            f"add latency per {unit} (infer=false): {fmt_ms(percentiles(add_times))} "
+            f"over {len(add_times)}"
+        )
     print(f"total {time.perf_counter() - started:.0f}s")
+
+
+def store(
+    api: Api, data: list[Any], users: list[str], add_times: list[float], *, per_turn: bool
+) -> int:
+    """Store every conversation's turns in its user's scope; returns how many were stored."""
+    turns = 0
+    for sample, user_id in zip(data, users, strict=True):
+        stored, timings = ingest(api, sample, user_id, per_turn=per_turn)
+        turns += stored
+        add_times += timings
+    return turns
 
 
 def report(label: str, scores: dict[Any, dict[str, list[float]]], latencies: list[float]) -> None:
