@@ -145,10 +145,10 @@ def log_request(request: Request | HttpRequest, status: int = 200) -> None:
     access_record(request).logged = status
 
 
-# Every column of the row, in the model's order, and the INSERT that writes them. Every request
-# writes one row, and the ORM's save path (the model instance, its signals, the compiled INSERT)
-# cost ~1 ms of a 3 ms ping (bench/http_floor.py --profile); the same statement executed with
-# the fields' own conversions costs ~0.2 ms.
+# Every column of the row, in the model's order, and the INSERT that writes them: every request
+# writes one row, and the ORM's save path (a model instance, its signals, the INSERT compiled
+# each time) took 0.55 ms where this statement with the fields' own conversions takes 0.40 (p50,
+# alternating in one process, 2026-11-27).
 _FIELDS = AccessLog._meta.concrete_fields
 _INSERT = "INSERT INTO {} ({}) VALUES ({})".format(  # noqa: S608 (the model's own names)
     connection.ops.quote_name(AccessLog._meta.db_table),
@@ -157,25 +157,10 @@ _INSERT = "INSERT INTO {} ({}) VALUES ({})".format(  # noqa: S608 (the model's o
 )
 
 
-# A transaction that changed nothing before its access-log row (a search, a read, a ping, a
-# refused request) commits without waiting for the WAL to reach the disk: the wait (an fsync,
-# ~0.5 ms here) was a sixth of a ping. A crash of the database server can then lose the rows of
-# the last moments' reads (at most 3 x wal_writer_delay, 0.6 s by default) and nothing else:
-# PostgreSQL stays consistent, and a transaction that wrote anything else (xid assigned) commits
-# durably, with its row, as before. Only in an outermost transaction: the setting lasts until the
-# commit, and an enclosing block could still write after this row.
-_READ_ONLY_COMMIT = (
-    "SELECT set_config('synchronous_commit', 'off', true) "
-    "WHERE pg_current_xact_id_if_assigned() IS NULL"
-)
-
-
 def _insert(**values: Any) -> None:
     """One AccessLog row of `values` (every field, by attname), on the default connection."""
     params = [f.get_db_prep_save(values[f.attname], connection) for f in _FIELDS]
     with connection.cursor() as cursor:
-        if len(connection.atomic_blocks) == 1:
-            cursor.execute(_READ_ONLY_COMMIT)
         cursor.execute(_INSERT, params)
 
 

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from audit.models import AccessLog
 from tenants.actions import do_revoke_api_key
+from tenants.authentication import authenticate_key
 from tenants.db import project_context
+from tenants.models import ApiKey, Project
 from tests.base import BaseTestCase
 from tests.factory import auth, make_key
 
@@ -83,3 +86,23 @@ class PingTestCase(BaseTestCase):
             "ping",
             "GET",
         )
+
+
+class KeyLookupTestCase(BaseTestCase):
+    def test_it_reads_the_key_and_its_project_as_the_orm_does(self) -> None:
+        project = self.alice.key.project
+        project.custom_categories = [{"travel": "trips"}]
+        project.custom_instructions = "Only facts."
+        project.event_retention_days = 30
+        project.save()
+        ApiKey.objects.filter(pk=self.alice.key.pk).update(last_used_at=timezone.now())
+        found = authenticate_key(self.alice.raw)
+        expected = ApiKey.objects.select_related("project").get(pk=self.alice.key.pk)
+        for model, mine, theirs in (
+            (ApiKey, found, expected),
+            (Project, found.project, expected.project),
+        ):
+            for field in model._meta.concrete_fields:
+                assert getattr(mine, field.attname) == getattr(theirs, field.attname), field
+        assert found.project.custom_categories == [{"travel": "trips"}]
+        assert found._state.adding is False and found.project._state.db == "default"
