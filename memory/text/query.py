@@ -27,7 +27,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from memory.text.embeddings import embed_one, embed_words, vocabulary_words
+from memory.text.embeddings import embed_query, embed_words, vocabulary_words
 from memory.text.recognise import query_names, query_words
 from memory.text.temporal import Window, time_window
 
@@ -89,7 +89,7 @@ def _analysed(
     names = tuple(n for n in query_names(neutral) if n not in (own or ()))
     return Query(
         text=text,
-        vector=literal(embedding if embedding is not None else embed_one(neutral)),
+        vector=literal(embedding if embedding is not None else embed_query(neutral)),
         names=names,
         word_vectors=_word_vectors_of(neutral) if names else None,
         window=window,

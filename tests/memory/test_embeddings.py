@@ -13,6 +13,7 @@ from memory.text.embeddings import (
     VOCABULARY_WORDS,
     OnnxMiniLM,
     embed,
+    embed_query,
     embed_words,
     get_embedder,
     verify_model_files,
@@ -76,7 +77,7 @@ def test_precomputed_words_are_looked_up_and_equal_the_models_vectors() -> None:
 
 def test_missing_or_inconsistent_word_files_mean_every_word_is_embedded(tmp_path: Path) -> None:
     model_dir = get_embedder().model_dir  # type: ignore[attr-defined]
-    for name in ("model.onnx", "tokenizer.json"):
+    for name in ("model.onnx", "model-int8.onnx", "tokenizer.json"):
         (tmp_path / name).symlink_to(model_dir / name)
     assert OnnxMiniLM(tmp_path, threads=1).vocabulary()[0] == {}
     (tmp_path / VOCABULARY_WORDS).write_text("cities\ngames\n")
@@ -84,3 +85,23 @@ def test_missing_or_inconsistent_word_files_mean_every_word_is_embedded(tmp_path
     embedder = OnnxMiniLM(tmp_path, threads=1)
     assert embedder.vocabulary()[0] == {}
     assert float(np.abs(embedder.embed_words(["cities"]) - embed(["cities"])).max()) < 1e-5
+
+
+def test_queries_go_through_the_int8_copy_and_stay_close_to_the_full_model() -> None:
+    texts, expected = reference()
+    queries = np.array([embed_query(t) for t in texts], dtype=np.float32)
+    assert np.allclose(np.linalg.norm(queries, axis=1), 1.0, atol=1e-5)
+    cosines = (queries * expected).sum(axis=1)
+    # A different model run (not the full one) ...
+    assert float(np.abs(queries - expected).max()) > 1e-3
+    # ... whose vectors point where the full model's do: each query still finds its own text.
+    assert float(cosines.min()) > 0.97
+    assert ((queries @ expected.T).argmax(axis=1) == np.arange(len(texts))).all()
+
+
+def test_full_precision_queries_are_the_full_models_vectors() -> None:
+    model_dir = get_embedder().model_dir  # type: ignore[attr-defined]
+    full = OnnxMiniLM(model_dir, threads=1, quantized_queries=False)
+    texts, expected = reference()
+    got = np.vstack([full.embed_query(t) for t in texts])
+    assert float(np.abs(got - expected).max()) < 1e-5
