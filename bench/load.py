@@ -11,7 +11,8 @@ ENGRAM_API_RATE=off; pass --pids to have its processes' memory sampled).
 
 It seeds --users scopes with --seed memories each (infer=false), runs the clients for
 --duration seconds (no think time: each client sends its next request when the answer came),
-and prints the throughput, p50/p95/p99 per request type, the error count and the peak memory
+and prints the throughput, p50/p95/p99 per request type, the error count, the CPU time per
+request (web workers and postgres: the floor under the throughput) and the peak memory
 (RSS and PSS) of each process, sampled every second. Any failed request makes it exit 1.
 The seeded and added memories are deleted at the end (an infer=true add the worker finishes
 after that may leave a memory in its scope, under user id "load-<run>-N").
@@ -112,13 +113,30 @@ def auth(key: str) -> dict[str, str]:
 
 
 class MemorySampler(threading.Thread):
-    """Every second: RSS and PSS of each watched process and its children; keeps the peaks."""
+    """Every second: RSS and PSS of each watched process and its children; keeps the peaks.
+    Also the CPU time each group of processes (a root and its children; the cluster's postgres
+    processes) spent since the sampler started: the floor under the throughput."""
 
     def __init__(self, roots: dict[str, int]) -> None:
         super().__init__(daemon=True)
         self.roots = roots
         self.peaks: dict[str, tuple[float, float]] = {}
         self.halt = threading.Event()
+        # pid -> (group, CPU seconds at the first sample or 0 for a process started since, last)
+        self.cpu: dict[int, tuple[str, float, float]] = {}
+        self.first = True
+
+    def note_cpu(self, group: str, process: psutil.Process) -> None:
+        times = process.cpu_times()
+        seconds = times.user + times.system
+        _, start, _ = self.cpu.get(process.pid, (group, seconds if self.first else 0.0, 0.0))
+        self.cpu[process.pid] = (group, start, seconds)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        spent: dict[str, float] = {}
+        for group, start, last in self.cpu.values():
+            spent[group] = spent.get(group, 0.0) + last - start
+        return spent
 
     def label(self, name: str, process: psutil.Process, root: psutil.Process) -> str:
         if process.pid == root.pid:
@@ -131,6 +149,7 @@ class MemorySampler(threading.Thread):
                 root = psutil.Process(pid)
                 for process in [root, *root.children(recursive=True)]:
                     with suppress(psutil.Error):
+                        self.note_cpu(name, process)
                         info = process.memory_full_info()
                         label = self.label(name, process, root)
                         rss, pss = self.peaks.get(label, (0.0, 0.0))
@@ -138,8 +157,14 @@ class MemorySampler(threading.Thread):
                             max(rss, info.rss / 2**20),
                             max(pss, getattr(info, "pss", 0) / 2**20),
                         )
+        for process in psutil.process_iter(["name"]):
+            if process.info["name"] == "postgres":
+                with suppress(psutil.Error):
+                    self.note_cpu("postgres", process)
+        self.first = False
 
     def run(self) -> None:
+        self.sample()
         while not self.halt.wait(1.0):
             self.sample()
 
@@ -181,10 +206,11 @@ def start_locust(
     )
 
 
-def report(prefix: Path, duration: int) -> int:
+def report(prefix: Path, duration: int) -> tuple[int, int]:
+    """Print the table; returns (failed requests, all requests)."""
     with open(f"{prefix}_stats.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    errors = 0
+    errors = total = 0
     print(f"{'request':<18}{'count':>8}{'req/s':>8}{'p50':>8}{'p95':>8}{'p99':>8}{'max':>8}"
           f"{'errors':>8}")  # fmt: skip
     for row in rows:
@@ -192,13 +218,27 @@ def report(prefix: Path, duration: int) -> int:
         count, failed = int(row["Request Count"]), int(row["Failure Count"])
         if name != "all":
             errors += failed
+            total += count
         print(f"{name:<18}{count:>8}{count / duration:>8.1f}{row['50%']:>6}ms{row['95%']:>6}ms"
               f"{row['99%']:>6}ms{float(row['Max Response Time']):>6.0f}ms{failed:>8}")  # fmt: skip
     with open(f"{prefix}_failures.csv", newline="") as handle:
         for failure in csv.DictReader(handle):
             print(f"FAILED {failure['Occurrences']}x {failure['Method']} {failure['Name']}: "
                   f"{failure['Error'][:300]}")  # fmt: skip
-    return errors
+    return errors, total
+
+
+def report_cpu(spent: dict[str, float], total: int) -> None:
+    print(
+        "CPU seconds during the load: "
+        + ", ".join(f"{group} {seconds:.1f}" for group, seconds in sorted(spent.items()))
+    )
+    server = sum(v for k, v in spent.items() if k not in ("locust", "dramatiq"))
+    cores = os.cpu_count() or 1
+    print(
+        f"web and database CPU per request: {server * 1000 / max(total, 1):.1f} ms "
+        f"(so at most {cores} x 1000 / that requests/s on {cores} cores to themselves)"
+    )
 
 
 def main() -> None:
@@ -236,13 +276,16 @@ def main() -> None:
             raise SystemExit(f"locust exited with {locust.returncode}")
         elapsed = time.monotonic() - started
         sampler.halt.set()
+        sampler.join()
+        sampler.sample()
         load_after = os.getloadavg()
         print(
             f"{args.clients} clients, {args.duration} s (locust ran {elapsed:.0f} s incl. start), "
             f"{args.users} scopes x {args.seed} seeded memories; {os.cpu_count()} cpus; "
             f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)"
         )
-        errors = report(workdir / "locust", args.duration)
+        errors, total = report(workdir / "locust", args.duration)
+        report_cpu(sampler.cpu_seconds(), total)
         print("peak memory per process (MiB):")
         for label, (rss, pss) in sorted(sampler.peaks.items()):
             print(f"  {label:<32} RSS {rss:7.1f}  PSS {pss:7.1f}")
