@@ -15,7 +15,7 @@ from memory import search as searching
 from memory.models import Memory
 from memory.queries.relations import OWN_NAME_PREDICATE
 from memory.retrieval.filters import compile_filters
-from memory.text.embeddings import embed_one
+from memory.text.embeddings import embed_query
 from memory.text.query import literal, neutralise
 from memory.text.recognise import own_names
 from tenants.db import project_context
@@ -137,7 +137,7 @@ class OwnNamesTestCase(BaseTestCase):
     def test_every_signal_reads_the_neutral_question(self) -> None:
         query = self.analysed("dana", "Dana's cat?")
         assert (query.keywords.strip(" ?"), query.names) == ("cat", ("cat",))
-        assert query.vector == literal(embed_one("the user's cat?"))
+        assert query.vector == literal(embed_query("the user's cat?"))
         assert query.own_names == frozenset({"dana"})
 
     def test_with_a_hosted_embedder_the_names_are_read_before_the_transaction(self) -> None:

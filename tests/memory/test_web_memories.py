@@ -10,7 +10,7 @@ from unittest import mock
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
-from django.test import TestCase
+from django.test import TestCase, override_settings
 
 from memory import graph
 from memory.models import Memory, MemoryEvent, MemoryHistory
@@ -256,8 +256,12 @@ class WebMemoriesTestCase(TestCase):
         graph.link_mentions(self.project.pk, [m.pk for m in mine])
         assert self.listing(q="where does bob live", user_id="bob")[0] == "I live in Austin."
 
+    @override_settings(ENGRAM_EMBEDDING_CHECK_SECONDS=3600)
     def test_it_pins_the_scopes_and_search_queries(self) -> None:
         self.client.get(self.url())  # warm the session
+        # ... and the query model, with its read of the deployment's embedding model (once per
+        # ENGRAM_EMBEDDING_CHECK_SECONDS per process: not per request).
+        self.client.get(self.url("memories/"), {"q": "tea", "user_id": "alice"})
         # 1 session, 2 user, 3 project, 4 role, 5 savepoint, 6 set tenant, 7 the four kinds'
         # counts (one UNION ALL), 8 the top spenders (one GROUP BY, LIMIT 5), 9 switcher's
         # projects, 10 restore tenant, 11 release
