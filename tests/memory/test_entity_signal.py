@@ -23,7 +23,7 @@ from memory.models import EntityVector, Memory, MemoryEntity
 from memory.retrieval import search
 from memory.retrieval.scoring import SIMILAR_NAME_WEIGHT, Signals, entity_strengths, fuse
 from memory.text import query as query_analysis
-from memory.text.embeddings import embed, embed_words, get_embedder
+from memory.text.embeddings import OnnxMiniLM, embed, embed_words, get_embedder
 from memory.text.query import analyse
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -228,13 +228,13 @@ class MatchingByMeaningTestCase(BaseTestCase):
         """A word outside the local model's vocabulary would cost a model run on the request
         path: it is not matched by meaning (a vocabulary word still is, looked up)."""
         rome = str(self.rome.pk)
+        embedder = get_embedder()
+        assert isinstance(embedder, OnnxMiniLM)
         with (
             mock.patch.object(query_analysis, "_word_cache", OrderedDict()),
             mock.patch(f"{query_analysis.__name__}.embed_words", wraps=embed_words) as looked_up,
-            mock.patch.object(get_embedder(), "embed", wraps=get_embedder().embed) as model,
-            mock.patch.object(
-                get_embedder(), "embed_query", wraps=get_embedder().embed_query
-            ) as query_model,
+            mock.patch.object(embedder, "embed", wraps=embedder.embed) as model,
+            mock.patch.object(embedder, "embed_query", wraps=embedder.embed_query) as query_model,
         ):
             found = self.search("Which cities did the zorblaxes see?")
         assert found[rome] == pytest.approx(SIMILAR_NAME_WEIGHT)
