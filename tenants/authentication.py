@@ -34,8 +34,9 @@ class _KeyLookup:
     ping."""
 
     def __init__(self) -> None:
+        # Per model: each field, its column and the converters the ORM would apply to it.
         self.parts = [
-            (model, [(f, self._converters(f)) for f in model._meta.concrete_fields])
+            (model, [self._column(f) for f in model._meta.concrete_fields])
             for model in (ApiKey, Project)
         ]
         key_table, project_table = (m._meta.db_table for m in (ApiKey, Project))
@@ -43,7 +44,7 @@ class _KeyLookup:
         columns = ", ".join(
             f"{quote(model._meta.db_table)}.{quote(f.column)}"
             for model, fields in self.parts
-            for f, _ in fields
+            for f, _, _ in fields
         )
         # One indexed row (prefix is unique) and its project; no ORDER BY, no other joins.
         self.sql = (
@@ -53,9 +54,13 @@ class _KeyLookup:
         )
 
     @staticmethod
-    def _converters(field: Any) -> list[Any]:
+    def _column(field: Any) -> tuple[Any, Any, list[Any]]:
         column = field.get_col(field.model._meta.db_table)
-        return [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
+        converters = [
+            *connection.ops.get_db_converters(column),
+            *column.get_db_converters(connection),
+        ]
+        return field, column, converters
 
     def __call__(self, prefix: str) -> ApiKey | None:
         with connection.cursor() as cursor:
@@ -67,12 +72,12 @@ class _KeyLookup:
         values = iter(row)
         for model, fields in self.parts:
             converted = []
-            for field, converters in fields:
+            for _, column, converters in fields:
                 value = next(values)
                 for convert in converters:
-                    value = convert(value, field, connection)
+                    value = convert(value, column, connection)
                 converted.append(value)
-            found.append(model.from_db("default", [f.attname for f, _ in fields], converted))
+            found.append(model.from_db("default", [f.attname for f, _, _ in fields], converted))
         key: ApiKey = found[0]
         key.project = found[1]
         return key
