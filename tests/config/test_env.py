@@ -141,6 +141,9 @@ def test_it_refuses_a_model_configuration_it_cannot_run() -> None:
         "ENGRAM_LLM_PROVIDER=claude needs ANTHROPIC_API_KEY": {"ENGRAM_LLM_PROVIDER": "claude"},
         "ENGRAM_LLM_PROVIDER=openai needs ENGRAM_LLM_MODEL": {"ENGRAM_LLM_PROVIDER": "openai"},
         "must be one of": {"ENGRAM_OPENAI_OUTPUT": "xml"},
+        "ENGRAM_QUERY_PRECISION='fp16' must be one of int8, full": {
+            "ENGRAM_QUERY_PRECISION": "fp16",
+        },
         "at most 2000": {
             "ENGRAM_EMBEDDER": "openai-compatible", "ENGRAM_EMBEDDING_URL": "http://e/v1",
             "ENGRAM_EMBEDDING_DIMENSIONS": "3072",

@@ -7,11 +7,13 @@ from unittest import mock
 import numpy as np
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 from memory.text.embeddings import (
     VOCABULARY_VECTORS,
     VOCABULARY_WORDS,
     OnnxMiniLM,
+    build_embedder,
     embed,
     embed_query,
     embed_words,
@@ -97,6 +99,15 @@ def test_queries_go_through_the_int8_copy_and_stay_close_to_the_full_model() -> 
     # ... whose vectors point where the full model's do: each query still finds its own text.
     assert float(cosines.min()) > 0.97
     assert ((queries @ expected.T).argmax(axis=1) == np.arange(len(texts))).all()
+
+
+def test_the_setting_chooses_the_query_model() -> None:
+    with override_settings(ENGRAM_QUERY_PRECISION="full"):
+        full = build_embedder()
+    assert isinstance(full, OnnxMiniLM) and full.query_session is full.session
+    quantized = build_embedder()  # the default, int8
+    assert isinstance(quantized, OnnxMiniLM)
+    assert quantized.query_session is not quantized.session
 
 
 def test_full_precision_queries_are_the_full_models_vectors() -> None:
