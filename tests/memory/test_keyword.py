@@ -154,7 +154,7 @@ class LargeScopeTestCase(BaseTestCase):
     def matched(self, query: str) -> set[str]:
         with project_context(self.project.pk):
             scope = scope_memories(self.project.pk, scope_of("dana")).active()
-            ctes, params = search._keyword_ctes(scope, query)
+            ctes, params = search._keyword_ctes(search._scope_where(scope), query)
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"WITH {ctes} SELECT m.text FROM keyword_matches k "  # noqa: S608

@@ -13,16 +13,19 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memory import queries
+from memory.models import Memory
 from memory.retrieval.filters import compile_filters
-from memory.retrieval.search import STATEMENT_STARTS, scope_bounded
+from memory.retrieval.search import STATEMENT_STARTS, hybrid_search, scope_bounded
+from memory.text.query import analyse
+from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
 
 PROJECT = uuid.uuid4()
 # The semantic candidates' order, as the statement has it (the query vector interpolated).
-EXACT = re.compile(r"ORDER BY \(\(embedding <=> '[^']+'::vector\) \+ 0\) ASC")
+EXACT = re.compile(r"ORDER BY \(embedding <=> '[^']+'::vector\) \+ 0 LIMIT")
 # The index is on the cast to the embedding space's dimension (memory.models.embedding).
-INDEXED = re.compile(r"ORDER BY \(\(embedding::vector\(384\)\) <=> '[^']+'::vector\(384\)\) ASC")
+INDEXED = re.compile(r"ORDER BY \(embedding::vector\(384\)\) <=> '[^']+'::vector\(384\) LIMIT")
 
 BOUNDED = [
     {"user_id": "alice"},
@@ -85,3 +88,37 @@ class SearchStatementTestCase(BaseTestCase):
         wide = self.statement({"user_id": "*"})
         assert INDEXED.search(wide)
         assert not EXACT.search(wide)
+
+
+class ScopeConditionTestCase(BaseTestCase):
+    """The caller's queryset is compiled once into the condition every part of the statement
+    repeats (memory.retrieval.search._scope_where): its WHERE clause, or, when it joins another
+    table, the ids it selects; a queryset with no condition searches the tenant's memories."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.project = self.alice.key.project
+        with project_context(self.project.pk):
+            add_texts(self.project, ["I drink green tea every morning"], user_id="alice")
+            add_texts(self.project, ["Bob drinks black tea at night"], user_id="bob")
+
+    def found(self, memories: Any, text: str = "tea") -> set[str]:
+        with project_context(self.project.pk):
+            hits = hybrid_search(memories, analyse(text), top_k=10, threshold=0)
+        return {hit.memory.text for hit in hits}
+
+    def test_a_join_is_searched_through_its_ids(self) -> None:
+        alice = queries.matching(self.project.pk, compile_filters({"user_id": "alice"}))
+        joined = alice.filter(project__name=self.project.name)
+        assert set(joined.query.alias_map) != {"memory_memory"}  # the condition joins
+        assert self.found(joined) == {"I drink green tea every morning"}
+        assert self.found(alice.filter(project__name=f"not {self.project.name}")) == set()
+
+    def test_no_condition_is_every_memory_the_tenant_may_read(self) -> None:
+        assert self.found(Memory.objects.all()) == {
+            "I drink green tea every morning",
+            "Bob drinks black tea at night",
+        }
+
+    def test_a_condition_that_cannot_match_finds_nothing(self) -> None:
+        assert self.found(Memory.objects.filter(pk__in=[])) == set()
