@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from memory import queries
 from memory.models import Memory
 from memory.retrieval.filters import compile_filters
-from memory.retrieval.search import STATEMENT_STARTS, hybrid_search, scope_bounded
+from memory.retrieval.search import STATEMENT_STARTS, _scope_where, hybrid_search, scope_bounded
 from memory.text.query import analyse
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -106,6 +106,12 @@ class ScopeConditionTestCase(BaseTestCase):
         with project_context(self.project.pk):
             hits = hybrid_search(memories, analyse(text), top_k=10, threshold=0)
         return {hit.memory.text for hit in hits}
+
+    def test_the_apis_memories_are_their_where_clause(self) -> None:
+        memories = queries.matching(self.project.pk, compile_filters({"user_id": "alice"}))
+        where, params = _scope_where(memories)
+        assert where.startswith('(("memory_memory"."project_id" = %s AND')
+        assert "SELECT" not in where and params[:2] == (self.project.pk, "alice")
 
     def test_a_join_is_searched_through_its_ids(self) -> None:
         alice = queries.matching(self.project.pk, compile_filters({"user_id": "alice"}))
