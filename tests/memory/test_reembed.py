@@ -105,6 +105,21 @@ def hnsw_index() -> str:
         return str(cursor.fetchone()[0])
 
 
+# What search reads of every memory of a scope is stored in the row, not in TOAST (memories 0019,
+# 0021 and 0028): a column's type change resets its storage to the type's default (EXTERNAL).
+IN_ROW = {"embedding": "m", "embedding_next": "m", "search_vector": "m"}
+
+
+def storage() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attname, attstorage FROM pg_attribute "
+            "WHERE attrelid = 'memory_memory'::regclass AND attname = ANY(%s) AND NOT attisdropped",
+            [list(IN_ROW)],
+        )
+        return dict(cursor.fetchall())
+
+
 class Api:
     def __init__(self, client: Any, project: str = "reembed") -> None:
         self.client, self.key = client, make_key("acme", project)
@@ -148,6 +163,7 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
         _remember_names(api.project, Scope(user_id="alice"), ["lisbon", "rex"])
     assert api.top("where do I live") == "I live in Lisbon"
     assert "vector(384)" in hnsw_index()
+    assert storage() == IN_ROW  # as migrated
 
     # The embedding service fails part of the way: the build stops, search goes on.
     fake_embeddings.fail_after = 1
@@ -216,6 +232,7 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
         assert other.top("harbour") == "I work at the harbour"
     assert found["memory_memory next"] == {None}
     assert "vector(768)" in hnsw_index()
+    assert storage() == IN_ROW  # the new vectors' column kept its storage
     states = dict(EmbeddingSpace.objects.values_list("name", "state"))
     assert states == {
         "local:all-MiniLM-L6-v2": "retired", "openai-compatible:fake-768": "current"
@@ -237,6 +254,7 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
     assert embeddings.active_space().dimensions == 384
     assert dimensions(api.project)["memory_memory"] == {384}
     assert "vector(384)" in hnsw_index()
+    assert storage() == IN_ROW
     assert api.top("where do I live") == "I live in Lisbon"
     assert not run_checks(databases=["default"])
 
