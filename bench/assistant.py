@@ -54,7 +54,9 @@ off-topic question too. It prints, per question kind and overall:
   - for each threshold t: answerable top-1 kept (an answer ranked first and returned) against
     off-topic empty, as the API answers `threshold=t` and as a cut of the threshold-0 results at
     score >= t (the score the caller sees), so a threshold can be chosen;
-  - per persona: top-1 and MRR (threshold 0), name first, off-topic empty at the default.
+  - per persona: top-1 and MRR (threshold 0), name first, off-topic empty at the default;
+then search and add latency (p50/p95/p99) and the run summary (common.RunSummary): facts added
+and searches per second, and the peak RSS of the client, web server, worker and postgres.
 
 --failures N also prints, from the first server, N answerable questions (from each persona in
 turn) whose first result is not an answer (the top three results with their score breakdown, and where the answer ranked),
@@ -91,6 +93,7 @@ from typing import Any
 from common import (
     ROOT,
     Api,
+    RunSummary,
     default_host,
     default_key,
     fmt_ms,
@@ -506,6 +509,28 @@ def summarise_data(personas: list[Persona]) -> str:
     )
 
 
+def store(api: Api, personas: list[Persona], mode: str, summary: RunSummary) -> list[float]:
+    """Store every persona's facts (--mode), timed as the ingest phase; the add latencies."""
+    # A day apart, the last fact today.
+    start = int(time.time()) - (max(len(p.data["facts"]) for p in personas) - 1) * DAY
+    if mode == "raw":
+        with summary.phase("ingest (add, infer=false)", "facts") as added:
+            stored, add_times = store_raw(api, personas, start)
+            added.count = len(add_times)
+        print(f"stored raw (infer=false), one add per fact: {stored} memories")
+        wait_for_entity_linking()
+        return add_times
+    label = "ingest (add, infer=true, incl. waiting for extraction)"
+    with summary.phase(label, "facts") as added:
+        outcomes, add_times, waits = store_inferred(api, personas, start)
+        added.count = len(add_times)
+    print(f"stored through infer=true, one add per fact: events {dict(outcomes)}")
+    print(f"event time to finish (client-side): {fmt_ms(percentiles(waits))}")
+    wait_for_entity_linking()
+    coverage(api, personas)
+    return add_times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -534,28 +559,21 @@ def main() -> None:
         Persona(p, f"{p['user_id']}-assistant-{tag}", [key_words(f) for f in p["facts"]])
         for p in data["personas"][: args.limit or None]
     ]
+    hosts = [args.host, *args.also_host]
+    summary = RunSummary.start(*hosts)
     started = time.perf_counter()
-    # A day apart, the last fact today.
-    start = int(time.time()) - (max(len(p.data["facts"]) for p in personas) - 1) * DAY
     print(f"command: {' '.join(sys.argv)}")
     print(f"data: {args.data} — {summarise_data(personas)}")
     try:
-        if args.mode == "raw":
-            stored, add_times = store_raw(api, personas, start)
-            print(f"stored raw (infer=false), one add per fact: {stored} memories")
-            wait_for_entity_linking()
-        else:
-            outcomes, add_times, waits = store_inferred(api, personas, start)
-            print(f"stored through infer=true, one add per fact: events {dict(outcomes)}")
-            print(f"event time to finish (client-side): {fmt_ms(percentiles(waits))}")
-            wait_for_entity_linking()
-            coverage(api, personas)
-        runs = [Run(h, Api(h, args.api_key), args.mode) for h in [args.host, *args.also_host]]
+        add_times = store(api, personas, args.mode, summary)
+        runs = [Run(h, Api(h, args.api_key), args.mode) for h in hosts]
         for server in runs:
             for _ in range(20):  # each web worker loads the embedding model on its first search
                 server.search(personas[0], "warm up", None)
             server.latencies.clear()
-        evaluate(runs, personas)
+        with summary.phase(f"search (HTTP, {len(runs)} server(s) in turn)", "searches") as searched:
+            evaluate(runs, personas)
+            searched.count = sum(len(server.latencies) for server in runs)
         for server in runs:
             report(server)
         for server in runs[1:]:
@@ -577,6 +595,7 @@ def main() -> None:
         f"{fmt_ms(percentiles(add_times))} over {len(add_times)}"
     )
     print(f"total {time.perf_counter() - started:.0f}s")
+    summary.report()
 
 
 if __name__ == "__main__":

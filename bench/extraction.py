@@ -9,6 +9,9 @@
 3. A real conversation (LoCoMo), one add request per exchange, through the pipeline and the
    summary refresh: model calls and estimated input tokens per request, by call, from what the
    API would be sent (system prompt, tool schema, messages).
+Each timed operation has p50/p95/p99; at the end the run summary (common.RunSummary): requests
+and events per second of each part, and the peak RSS of the client, web server, worker and
+postgres.
 
     .venv/bin/python bench/extraction.py [--requests 500] [--events 200] [--model-delay-ms 50]
                                          [--conversation-turns 120]
@@ -33,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import ROOT, Api, default_host, fmt_ms, load_local_env, percentiles
+from common import ROOT, Api, RunSummary, default_host, fmt_ms, load_local_env, percentiles
 
 load_local_env()
 
@@ -56,7 +59,7 @@ def measure_requests(api: Api, count: int, rng: random.Random) -> list[float]:
     return timings
 
 
-def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
+def measure_pipeline(events: int, delay_ms: int, rng: random.Random, summary: RunSummary) -> None:
     import django
 
     django.setup()
@@ -103,10 +106,14 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
                    "scope": {"user_id": f"ext-{i % 20}", "agent_id": None, "app_id": None, "run_id": None}}  # fmt: skip
         with project_context(project.pk):
             ids.append(MemoryEvent.objects.create(project=project, payload=payload).pk)
-    started = time.perf_counter()
-    for event_id in ids:
-        process_event(event_id, project.pk, claude)
-    elapsed = time.perf_counter() - started
+    timings = []
+    with summary.phase(f"pipeline, 1 process, fake model {delay_ms} ms", "events") as rate:
+        for event_id in ids:
+            started = time.perf_counter()
+            process_event(event_id, project.pk, claude)
+            timings.append((time.perf_counter() - started) * 1000)
+        rate.count = len(ids)
+    elapsed = rate.seconds
     with project_context(project.pk):
         done = list(MemoryEvent.objects.filter(pk__in=ids))
     ok = sum(e.status == "SUCCEEDED" for e in done)
@@ -120,6 +127,7 @@ def measure_pipeline(events: int, delay_ms: int, rng: random.Random) -> None:
     )
     print(f"model calls per turn: {calls / events:.2f} (the fake reports {tokens / events:.0f} "
           "tokens of usage per turn: scripted, not measured)")  # fmt: skip
+    print(f"pipeline time per event (model time included): {fmt_ms(percentiles(timings))}")
     server.shutdown()
 
 
@@ -134,7 +142,7 @@ def request_tokens(body: dict[str, Any]) -> float:
     return len(json.dumps(sent, ensure_ascii=False)) / 4 + TOOL_USE_OVERHEAD_TOKENS
 
 
-def measure_conversation(turns: int, delay_ms: int) -> None:
+def measure_conversation(turns: int, delay_ms: int, summary: RunSummary) -> None:
     """A real conversation (the first LoCoMo dev conversation), one add request per exchange
     (one speaker as the user, the other as the assistant), through the pipeline and the summary
     refresh as a worker runs them, against the fake model: calls and estimated input tokens per
@@ -174,19 +182,24 @@ def measure_conversation(turns: int, delay_ms: int) -> None:
     ).key.project
     scope = {"user_id": user.lower(), "agent_id": None, "app_id": None, "run_id": None}
     requests = 0
-    for start in range(0, len(dialog), 2):
-        messages = [
-            {"role": "user" if t["speaker"] == user else "assistant", "content": t["text"],
-             "name": t["speaker"]}
-            for t in dialog[start : start + 2]
-        ]  # fmt: skip
-        with project_context(project.pk):
-            event = MemoryEvent.objects.create(
-                project=project, payload={"messages": messages, "scope": scope}, **scope
-            )
-        process_event(event.id, project.pk, claude)
-        refresh_summary(event.id, project.pk, claude)  # what the worker runs after each one
-        requests += 1
+    timings = []
+    with summary.phase("conversation: pipeline + summary refresh", "requests") as rate:
+        for start in range(0, len(dialog), 2):
+            messages = [
+                {"role": "user" if t["speaker"] == user else "assistant", "content": t["text"],
+                 "name": t["speaker"]}
+                for t in dialog[start : start + 2]
+            ]  # fmt: skip
+            started = time.perf_counter()
+            with project_context(project.pk):
+                event = MemoryEvent.objects.create(
+                    project=project, payload={"messages": messages, "scope": scope}, **scope
+                )
+            process_event(event.id, project.pk, claude)
+            refresh_summary(event.id, project.pk, claude)  # what the worker runs after each one
+            timings.append((time.perf_counter() - started) * 1000)
+            requests += 1
+        rate.count = requests
     by_tool: dict[str, list[float]] = {}
     for r in fake.requests:
         by_tool.setdefault(r["body"]["tool_choice"]["name"], []).append(request_tokens(r["body"]))
@@ -201,6 +214,9 @@ def measure_conversation(turns: int, delay_ms: int) -> None:
     for tool, sizes in sorted(by_tool.items()):
         print(f"  {tool}: {len(sizes) / requests:.2f} calls per request, "
               f"{sum(sizes) / len(sizes):,.0f} tokens per call")  # fmt: skip
+    print(
+        f"  time per request (fake model answering in {delay_ms} ms): {fmt_ms(percentiles(timings))}"
+    )
     server.shutdown()
 
 
@@ -240,20 +256,23 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(7)
     print(f"command: {' '.join(sys.argv)}")
+    summary = RunSummary.start(args.host if args.requests else None)
     if args.events:
-        measure_pipeline(args.events, args.model_delay_ms, rng)
+        measure_pipeline(args.events, args.model_delay_ms, rng, summary)
     if args.conversation_turns:
-        measure_conversation(args.conversation_turns, args.model_delay_ms)
-    if not args.requests:
-        return
-    from tenants.actions import do_create_api_key
+        measure_conversation(args.conversation_turns, args.model_delay_ms, summary)
+    if args.requests:
+        from tenants.actions import do_create_api_key
 
-    key = do_create_api_key(org_name="bench", project_name="extraction-http").raw
-    api = Api(args.host, key)
-    timings = measure_requests(api, args.requests, rng)
-    print(
-        f"add (infer=true) request latency over HTTP: {fmt_ms(percentiles(timings))} over {len(timings)}"
-    )
+        key = do_create_api_key(org_name="bench", project_name="extraction-http").raw
+        api = Api(args.host, key)
+        with summary.phase("add (infer=true) over HTTP", "requests") as rate:
+            timings = measure_requests(api, args.requests, rng)
+            rate.count = len(timings)
+        print(
+            f"add (infer=true) request latency over HTTP: {fmt_ms(percentiles(timings))} over {len(timings)}"
+        )
+    summary.report()
 
 
 if __name__ == "__main__":

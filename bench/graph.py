@@ -5,7 +5,9 @@ written one upsert_relation per transaction (the throughput figure), then traver
 random entities at depth 1, 2 and 3 (limit 100) and the valid edges touching two entities
 (relations_touching, what extraction's contradiction check reads): p50 / p95; then the linking
 job's throughput on raw turns (graph.link_mentions, --link-memories). Also prints the plans of
-the entity lookup, of relations_touching's lookup and of one traversal step.
+the entity lookup, of relations_touching's lookup and of one traversal step. Every timed call has
+p50/p95/p99; the run summary (common.RunSummary) at the end has each operation's count per
+second and the peak RSS of this process, postgres and any Dramatiq worker.
 
     make migrate
     .venv/bin/python bench/graph.py [--edges 10000 --entities 2000 --traversals 300]
@@ -22,12 +24,13 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import fmt_ms, load_local_env, percentiles
+from common import RunSummary, fmt_ms, load_local_env, percentiles
 
 load_local_env()
 
@@ -57,61 +60,116 @@ def main() -> None:
         last = Project.objects.filter(organization__name="bench", name__startswith="graph-")
         plans(last.latest("created_at").pk, graph.Scope(user_id="bench-user"), "entity 0")
         return
+    summary = RunSummary.start()
     project = do_create_api_key(
         org_name="bench", project_name=f"graph-{int(time.time())}"
     ).key.project_id
     scope = graph.Scope(user_id="bench-user")
     entities = [f"entity {i}" for i in range(args.entities)]
-
-    started = time.perf_counter()
-    made: set[tuple[str, str, str]] = set()
-    while len(made) < args.edges:
-        triple = (rng.choice(entities), rng.choice(RELATIONSHIPS), rng.choice(entities))
-        if triple[0] == triple[2] or triple in made:
-            continue
-        made.add(triple)
-        graph.upsert_relation(project, *triple[:2], triple[2], scope)
-        if len(made) % 2000 == 0:
-            print(f"  {len(made)} edges", flush=True)
-    elapsed = time.perf_counter() - started
-    print(
-        f"upsert_relation: {args.edges} new edges in {elapsed:.1f} s = "
-        f"{args.edges / elapsed:.0f}/s (one transaction each)"
-    )
-    started = time.perf_counter()
-    sample = rng.sample(sorted(made), 1000)
-    for triple in sample:
-        graph.upsert_relation(project, *triple[:2], triple[2], scope)
-    elapsed = time.perf_counter() - started
-    print(f"upsert_relation of existing edges (merge): {1000 / elapsed:.0f}/s")
-
+    made = write_edges(project, scope, entities, rng, args.edges, summary)
+    merge_edges(project, scope, rng.sample(sorted(made), min(1000, len(made))), summary)
     for depth in (1, 2, 3):
-        samples, sizes = [], []
-        for _ in range(args.traversals):
+        traverse_figures(project, scope, entities, rng, depth, args.traversals, summary)
+    touching_figures(project, scope, entities, rng, args.traversals, summary)
+    link_figures(project, rng, args.link_memories, summary)
+    plans(project, scope, entities[0])
+    summary.report()
+
+
+def upsert(project: Any, scope: Any, triple: tuple[str, str, str], timings: list[float]) -> None:
+    from memory import graph
+
+    started = time.perf_counter()
+    graph.upsert_relation(project, *triple[:2], triple[2], scope)
+    timings.append((time.perf_counter() - started) * 1000)
+
+
+def write_edges(
+    project: Any,
+    scope: Any,
+    entities: list[str],
+    rng: random.Random,
+    count: int,
+    summary: RunSummary,
+) -> set[tuple[str, str, str]]:
+    """`count` new edges among `entities`, one upsert_relation (one transaction) each."""
+    made: set[tuple[str, str, str]] = set()
+    timings: list[float] = []
+    with summary.phase("upsert_relation, new edges", "edges") as rate:
+        while len(made) < count:
+            triple = (rng.choice(entities), rng.choice(RELATIONSHIPS), rng.choice(entities))
+            if triple[0] == triple[2] or triple in made:
+                continue
+            made.add(triple)
+            upsert(project, scope, triple, timings)
+            if len(made) % 2000 == 0:
+                print(f"  {len(made)} edges", flush=True)
+        rate.count = len(made)
+    print(
+        f"upsert_relation: {count} new edges in {rate.seconds:.1f} s = "
+        f"{rate.per_second:.0f}/s (one transaction each); {fmt_ms(percentiles(timings))}"
+    )
+    return made
+
+
+def merge_edges(
+    project: Any, scope: Any, triples: list[tuple[str, str, str]], summary: RunSummary
+) -> None:
+    timings: list[float] = []
+    with summary.phase("upsert_relation, existing edges (merge)", "edges") as rate:
+        for triple in triples:
+            upsert(project, scope, triple, timings)
+        rate.count = len(triples)
+    print(
+        f"upsert_relation of existing edges (merge): {rate.per_second:.0f}/s; "
+        f"{fmt_ms(percentiles(timings))}"
+    )
+
+
+def traverse_figures(
+    project: Any,
+    scope: Any,
+    entities: list[str],
+    rng: random.Random,
+    depth: int,
+    count: int,
+    summary: RunSummary,
+) -> None:
+    from memory import graph
+
+    samples, sizes = [], []
+    with summary.phase(f"traverse depth {depth} (limit 100)", "traversals") as rate:
+        for _ in range(count):
             start = time.perf_counter()
             found = graph.traverse(project, scope, rng.choice(entities), depth=depth, limit=100)
             samples.append((time.perf_counter() - start) * 1000)
             sizes.append(len(found.relations))
-        sizes.sort()
-        print(
-            f"traverse depth {depth} (limit 100): {fmt_ms(percentiles(samples))}; "
-            f"relations returned median {sizes[len(sizes) // 2]}"
-        )
-
-    touching_figures(project, scope, entities, rng, args.traversals)
-    link_figures(project, rng, args.link_memories)
-    plans(project, scope, entities[0])
+        rate.count = count
+    sizes.sort()
+    print(
+        f"traverse depth {depth} (limit 100): {fmt_ms(percentiles(samples))}; "
+        f"relations returned median {sizes[len(sizes) // 2]}"
+    )
 
 
-def touching_figures(project, scope, entities: list[str], rng: random.Random, count: int) -> None:
+def touching_figures(
+    project: Any,
+    scope: Any,
+    entities: list[str],
+    rng: random.Random,
+    count: int,
+    summary: RunSummary,
+) -> None:
     from memory import graph
 
     samples = []
-    for _ in range(count):
-        names = rng.sample(entities, 2)
-        start = time.perf_counter()
-        graph.relations_touching(project, scope, names, limit=50)
-        samples.append((time.perf_counter() - start) * 1000)
+    with summary.phase("relations_touching 2 entities (limit 50)", "calls") as rate:
+        for _ in range(count):
+            names = rng.sample(entities, 2)
+            start = time.perf_counter()
+            graph.relations_touching(project, scope, names, limit=50)
+            samples.append((time.perf_counter() - start) * 1000)
+        rate.count = count
     print(
         "relations_touching 2 entities (extraction's contradiction check, limit 50): "
         f"{fmt_ms(percentiles(samples))}"
@@ -122,7 +180,7 @@ PEOPLE = ["Caroline", "Melanie", "Jon", "Gina", "Andrew", "Audrey", "Tim", "John
 PLACES = ["Boston", "Lisbon", "Kyoto", "Sweden", "Paris", "the Grand Canyon", "Nike", "Google"]
 
 
-def link_figures(project, rng: random.Random, count: int) -> None:
+def link_figures(project: Any, rng: random.Random, count: int, summary: RunSummary) -> None:
     """The linking job's throughput: raw turns naming people and places (as LoCoMo's do), stored
     with do_add_messages in one scope, then linked by graph.link_mentions as the worker does;
     then the same again (a re-run links nothing)."""
@@ -142,16 +200,17 @@ def link_figures(project, rng: random.Random, count: int) -> None:
     )
     ids = [m.pk for m, _ in outcome.results]
     for label in ("first run", "re-run"):
-        started = time.perf_counter()
-        made = graph.link_mentions(project, ids)
-        elapsed = time.perf_counter() - started
+        with summary.phase(f"link_mentions, {label}", "memories") as rate:
+            made = graph.link_mentions(project, ids)
+            rate.count = count
+        elapsed = rate.seconds
         print(
             f"link_mentions, {label}: {count} memories, {made} new links in {elapsed:.1f} s = "
             f"{count / elapsed:.0f} memories/s, {made / elapsed:.0f} links/s"
         )
 
 
-def plans(project, scope, entity: str) -> None:
+def plans(project: Any, scope: Any, entity: str) -> None:
     """EXPLAIN ANALYZE of the entity lookup (Cypher) and of one traversal step (SQL)."""
     import psycopg
     from django.db import connection

@@ -1,8 +1,10 @@
 """What a hostile request costs: the requests that once took seconds, and the worst accepted ones.
 
 Against a running server (`make run`): each request is sent --repeat times; prints the status it
-got and its latency percentiles. The refused ones should answer 400 in milliseconds; the largest
-filter the API accepts (100 conditions, 1000 values) shows what a legitimate worst case costs.
+got, its latency percentiles (p50/p95/p99) and requests per second (one at a time). The refused
+ones should answer 400 in milliseconds; the largest filter the API accepts (100 conditions, 1000
+values) shows what a legitimate worst case costs. At the end the run summary (common.RunSummary):
+each case's requests per second and the peak RSS of the client, web server, worker and postgres.
 
     .venv/bin/python bench/hostile.py [--repeat 20] [--warmup 4]
 """
@@ -16,7 +18,7 @@ import uuid
 from collections.abc import Callable
 
 import httpx
-from common import default_host, default_key, fmt_ms, percentiles
+from common import RunSummary, default_host, default_key, fmt_ms, percentiles
 
 
 def search(filters: object) -> bytes:
@@ -51,19 +53,32 @@ def main() -> None:
         f"{args.host}, {args.repeat} requests per case after {args.warmup} untimed, "
         "POST /v3/memories/search/"
     )
+    summary = RunSummary.start(args.host)
     with httpx.Client(base_url=args.host, headers=headers, timeout=120) as http:
         for name, build in CASES.items():
             body = build()
-            timings, statuses = [], set()
             for _ in range(args.warmup):
                 http.post("/v3/memories/search/", content=body)
-            for _ in range(args.repeat):
-                started = time.perf_counter()
-                response = http.post("/v3/memories/search/", content=body)
-                timings.append((time.perf_counter() - started) * 1000)
-                statuses.add(response.status_code)
+            with summary.phase(name, "requests") as rate:
+                timings, statuses = send(http, body, args.repeat)
+                rate.count = len(timings)
             size = f"{len(body) / 1024:.0f} KiB"
-            print(f"{name:24} {size:>9}  status {sorted(statuses)}  {fmt_ms(percentiles(timings))}")
+            print(
+                f"{name:24} {size:>9}  status {sorted(statuses)}  {fmt_ms(percentiles(timings))}"
+                f"  {rate.per_second:.1f} requests/s"
+            )
+    summary.report()
+
+
+def send(http: httpx.Client, body: bytes, repeat: int) -> tuple[list[float], set[int]]:
+    """`body` sent `repeat` times, one at a time: each one's milliseconds, the statuses seen."""
+    timings, statuses = [], set()
+    for _ in range(repeat):
+        started = time.perf_counter()
+        response = http.post("/v3/memories/search/", content=body)
+        timings.append((time.perf_counter() - started) * 1000)
+        statuses.add(response.status_code)
+    return timings, statuses
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ stdlib's http.client so the client adds as little as possible of its own:
 Each latency is measured twice: a warm keep-alive client (one connection, reused; reopened
 only if the server closes it) and a new connection per request. Then, with --profile, the
 same ping and add in-process (Django's test client, no socket): the time per middleware,
-authentication, the access-log write and rendering, from cProfile.
+authentication, the access-log write and rendering, from cProfile. Each line has p50/p95/p99;
+at the end the run summary (common.RunSummary): requests (or memories) per second of each kind,
+and the peak RSS of the client, web server, worker and postgres.
 
     ENGRAM_API_RATE=off .venv/bin/gunicorn -c config/gunicorn_conf.py --bind 127.0.0.1:8200 &
     .venv/bin/python bench/http_floor.py --host http://127.0.0.1:8200 [--requests 500]
@@ -42,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import default_host, default_key, fmt_ms, load_local_env, percentiles
+from common import RunSummary, default_host, default_key, fmt_ms, load_local_env, percentiles
 
 load_local_env()
 
@@ -80,13 +82,19 @@ class Client:
         return (json.loads(data) if data else None), elapsed
 
 
-def timed(call: Callable[[int], float], count: int, warmup: int = 20) -> list[float]:
+def timed(
+    call: Callable[[int], float], count: int, summary: RunSummary, label: str, warmup: int = 20
+) -> list[float]:
+    """`count` calls after `warmup` untimed ones; their wall time is the phase `label`."""
     for i in range(warmup):
         call(i)
-    return [call(i) for i in range(count)]
+    with summary.phase(label, "requests") as rate:
+        timings = [call(i) for i in range(count)]
+        rate.count = len(timings)
+    return timings
 
 
-def measure(host: str, key: str, args: argparse.Namespace, run: str) -> None:
+def measure(host: str, key: str, args: argparse.Namespace, run: str, summary: RunSummary) -> None:
     for keep_alive in (True, False):
         client = Client(host, key, keep_alive=keep_alive)
         label = "keep-alive" if keep_alive else "new connection per request"
@@ -94,7 +102,7 @@ def measure(host: str, key: str, args: argparse.Namespace, run: str) -> None:
         def ping_once(i: int, client: Client = client) -> float:
             return client.call("GET", "/v1/ping/")[1]
 
-        ping = timed(ping_once, args.requests)
+        ping = timed(ping_once, args.requests, summary, f"ping [{label}]")
         print(f"ping      [{label}] {fmt_ms(percentiles(ping))}")
 
         def ack(i: int, client: Client = client) -> float:
@@ -105,7 +113,7 @@ def measure(host: str, key: str, args: argparse.Namespace, run: str) -> None:
             }
             return client.call("POST", "/v1/memories/", body)[1]
 
-        acks = timed(ack, args.adds, warmup=5)
+        acks = timed(ack, args.adds, summary, f"add ack [{label}]", warmup=5)
         print(f"add ack   [{label}] {fmt_ms(percentiles(acks))}")
         if keep_alive:
 
@@ -116,7 +124,7 @@ def measure(host: str, key: str, args: argparse.Namespace, run: str) -> None:
                 finally:
                     del client.headers["Idempotency-Key"]
 
-            keyed = timed(keyed_ack, args.adds, warmup=5)
+            keyed = timed(keyed_ack, args.adds, summary, f"add ack [{label}, key]", warmup=5)
             print(f"add ack   [{label}, Idempotency-Key] {fmt_ms(percentiles(keyed))}")
         if keep_alive:
             opened = client.reconnects - 1
@@ -125,9 +133,10 @@ def measure(host: str, key: str, args: argparse.Namespace, run: str) -> None:
                 f"{args.requests + 2 * args.adds + 30} requests"
             )
 
-    rate, per_batch = ingest(host, key, args, run)
+    stored, elapsed, per_batch = ingest(host, key, args, run)
+    rate = summary.add(f"ingest [{args.ingest_clients} clients]", stored, elapsed, "memories")
     print(
-        f"ingest    [keep-alive, {args.ingest_clients} clients] {rate:.0f} memories/s "
+        f"ingest    [keep-alive, {args.ingest_clients} clients] {rate.per_second:.0f} memories/s "
         f"(infer=false, {args.batches} batches of 100 each; per batch {fmt_ms(per_batch)})"
     )
     client = Client(host, key, keep_alive=True)
@@ -137,9 +146,10 @@ def measure(host: str, key: str, args: argparse.Namespace, run: str) -> None:
 
 def ingest(
     host: str, key: str, args: argparse.Namespace, run: str
-) -> tuple[float, dict[str, float]]:
+) -> tuple[int, float, dict[str, float]]:
     """`ingest_clients` clients at once (one per web worker: "on two cores"), each sending
-    `batches` batches of 100 messages with infer=false after one warm-up batch."""
+    `batches` batches of 100 messages with infer=false after one warm-up batch: (memories
+    sent, wall seconds, per-batch percentiles)."""
     barrier = threading.Barrier(args.ingest_clients + 1)
     timings: list[float] = []
 
@@ -172,10 +182,10 @@ def ingest(
     elapsed = time.perf_counter() - started
     if len(timings) != args.batches * args.ingest_clients:
         raise SystemExit("an ingest client failed (see above)")
-    return 100 * len(timings) / elapsed, percentiles(timings)
+    return 100 * len(timings), elapsed, percentiles(timings)
 
 
-def profile(key: str, count: int, run: str) -> None:
+def profile(key: str, count: int, run: str, summary: RunSummary) -> None:
     """In-process: the same requests through Django's test client, under cProfile."""
     import cProfile
     import pstats
@@ -208,13 +218,15 @@ def profile(key: str, count: int, run: str) -> None:
             call()
         wall = []
         profiler = cProfile.Profile()
-        for _ in range(count):
-            started = time.perf_counter()
-            profiler.enable()
-            response = call()
-            profiler.disable()
-            wall.append((time.perf_counter() - started) * 1000)
-            assert response.status_code == 200, response.content
+        with summary.phase(f"in-process {name} (under cProfile)", "requests") as rate:
+            for _ in range(count):
+                started = time.perf_counter()
+                profiler.enable()
+                response = call()
+                profiler.disable()
+                wall.append((time.perf_counter() - started) * 1000)
+                assert response.status_code == 200, response.content
+            rate.count = count
         print(f"\nin-process {name}: {fmt_ms(percentiles(wall))} (under cProfile)")
         stats = pstats.Stats(profiler)
         rows = []
@@ -251,10 +263,12 @@ def main() -> None:
         parser.error("no API key: pass --key or set ENGRAM_API_KEY")
     run = uuid.uuid4().hex[:8]
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; cpus {os.cpu_count()}")
+    summary = RunSummary.start(None if args.no_http else args.host)
     if not args.no_http:
-        measure(args.host, args.key, args, run)
+        measure(args.host, args.key, args, run, summary)
     if args.profile or args.no_http:
-        profile(args.key, min(args.requests, 300), run)
+        profile(args.key, min(args.requests, 300), run, summary)
+    summary.report()
 
 
 if __name__ == "__main__":

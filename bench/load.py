@@ -35,18 +35,25 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from contextlib import suppress
 from pathlib import Path
 
 import httpx
-import psutil  # type: ignore[import-untyped]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import ROOT, default_key, load_local_env
+from common import (
+    ROOT,
+    PeakMemory,
+    ProcessPeak,
+    by_pid,
+    database_port,
+    default_key,
+    load_local_env,
+    postgres_on,
+)
 
 load_local_env()
 BIN = Path(sys.executable).parent
@@ -112,61 +119,24 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Token {key}"}
 
 
-class MemorySampler(threading.Thread):
-    """Every second: RSS and PSS of each watched process and its children; keeps the peaks.
-    Also the CPU time each group of processes (a root and its children; the cluster's postgres
-    processes) spent since the sampler started: the floor under the throughput."""
+def sampler(roots: dict[str, int]) -> PeakMemory:
+    """Every second: RSS and PSS of each watched process and its children, and of the cluster's
+    postgres processes, with the CPU time each group spent (common.PeakMemory)."""
+    groups = {name: by_pid(pid) for name, pid in roots.items()}
+    return PeakMemory({**groups, "postgres": postgres_on(database_port())}, rescan=1.0, pss=True)
 
-    def __init__(self, roots: dict[str, int]) -> None:
-        super().__init__(daemon=True)
-        self.roots = roots
-        self.peaks: dict[str, tuple[float, float]] = {}
-        self.halt = threading.Event()
-        # pid -> (group, CPU seconds at the first sample or 0 for a process started since, last)
-        self.cpu: dict[int, tuple[str, float, float]] = {}
-        self.first = True
 
-    def note_cpu(self, group: str, process: psutil.Process) -> None:
-        times = process.cpu_times()
-        seconds = times.user + times.system
-        _, start, _ = self.cpu.get(process.pid, (group, seconds if self.first else 0.0, 0.0))
-        self.cpu[process.pid] = (group, start, seconds)
+def process_label(peak: ProcessPeak) -> str:
+    if peak.root:
+        return f"{peak.group} (pid {peak.pid})" if peak.group != "gunicorn" else "gunicorn master"
+    return f"{peak.group} child pid {peak.pid}"
 
-    def cpu_seconds(self) -> dict[str, float]:
-        spent: dict[str, float] = {}
-        for group, start, last in self.cpu.values():
-            spent[group] = spent.get(group, 0.0) + last - start
-        return spent
 
-    def label(self, name: str, process: psutil.Process, root: psutil.Process) -> str:
-        if process.pid == root.pid:
-            return f"{name} (pid {process.pid})" if name != "gunicorn" else "gunicorn master"
-        return f"{name} child pid {process.pid}"
-
-    def sample(self) -> None:
-        for name, pid in self.roots.items():
-            with suppress(psutil.Error):
-                root = psutil.Process(pid)
-                for process in [root, *root.children(recursive=True)]:
-                    with suppress(psutil.Error):
-                        self.note_cpu(name, process)
-                        info = process.memory_full_info()
-                        label = self.label(name, process, root)
-                        rss, pss = self.peaks.get(label, (0.0, 0.0))
-                        self.peaks[label] = (
-                            max(rss, info.rss / 2**20),
-                            max(pss, getattr(info, "pss", 0) / 2**20),
-                        )
-        for process in psutil.process_iter(["name"]):
-            if process.info["name"] == "postgres":
-                with suppress(psutil.Error):
-                    self.note_cpu("postgres", process)
-        self.first = False
-
-    def run(self) -> None:
-        self.sample()
-        while not self.halt.wait(1.0):
-            self.sample()
+def report_memory(memory: PeakMemory) -> None:
+    print("peak memory per process (MiB):")
+    rows = [(process_label(p), p) for p in memory.processes.values() if p.group != "postgres"]
+    for label, peak in sorted(rows, key=lambda row: row[0]):
+        print(f"  {label:<32} RSS {peak.rss:7.1f}  PSS {peak.pss:7.1f}")
 
 
 def seed(host: str, key: str, run: str, users: int, per_user: int) -> None:
@@ -270,14 +240,12 @@ def main() -> None:
         load_before = os.getloadavg()
         started = time.monotonic()
         locust = start_locust(host, args.key, run, args, workdir / "locust")
-        sampler = MemorySampler({**roots, "locust": locust.pid})
-        sampler.start()
+        memory = sampler({**roots, "locust": locust.pid})
+        memory.start()
         if locust.wait() != 0:
             raise SystemExit(f"locust exited with {locust.returncode}")
         elapsed = time.monotonic() - started
-        sampler.halt.set()
-        sampler.join()
-        sampler.sample()
+        memory.stop()
         load_after = os.getloadavg()
         print(
             f"{args.clients} clients, {args.duration} s (locust ran {elapsed:.0f} s incl. start), "
@@ -285,10 +253,8 @@ def main() -> None:
             f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)"
         )
         errors, total = report(workdir / "locust", args.duration)
-        report_cpu(sampler.cpu_seconds(), total)
-        print("peak memory per process (MiB):")
-        for label, (rss, pss) in sorted(sampler.peaks.items()):
-            print(f"  {label:<32} RSS {rss:7.1f}  PSS {pss:7.1f}")
+        report_cpu(memory.cpu_seconds(), total)
+        report_memory(memory)
         clean(host, args.key, run, args.users)
     finally:
         if stack is not None:

@@ -7,7 +7,8 @@ written into the memory's metadata. Once the worker has linked every stored turn
 (it waits for the worker's `entities` queue to drain, reading it through DATABASE_URL), every
 question of categories 1-4 is a search in that user's scope; a hit is a returned memory whose
 turn id is in the question's evidence. Prints recall@1/5/10/20 and MRR per category and overall,
-and search latency.
+and search latency (p50/p95/p99); at the end the run summary (common.RunSummary): turns stored
+and searches per second, and the peak RSS of the client, web server, worker and postgres.
 
 --calibration also prints, for a few fixed score thresholds, the precision and recall of the
 results kept, and how often a question's best score reaches the threshold in its own conversation
@@ -44,6 +45,7 @@ from typing import Any
 from common import (
     ROOT,
     Api,
+    RunSummary,
     default_host,
     default_key,
     fmt_ms,
@@ -223,7 +225,7 @@ def ask(run: Run, qa: dict[str, Any], evidence: set[str], user_id: str, other_us
             run.scores[key][metric].append(value)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -246,7 +248,24 @@ def main() -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the stored turns (see --reuse)")
     parser.add_argument("--reuse", metavar="RUN", help="search a kept run's turns, storing none")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def search_all(runs: list[Run], data: list[Any], users: list[str], summary: RunSummary) -> None:
+    """Warm every server up, then ask every question of every server (timed as one phase)."""
+    for server in runs:
+        for _ in range(20):  # each web worker loads the embedding model on its first search
+            body = {"query": "warm up", "filters": {"user_id": users[0]}}
+            server.api.call("POST", "/v3/memories/search/", json=body)
+    before = sum(server.api.calls for server in runs)
+    with summary.phase(f"search (HTTP, {len(runs)} server(s) in turn)", "searches") as searched:
+        for index, (sample, user_id) in enumerate(zip(data, users, strict=True)):
+            evaluate(runs, sample, user_id, users[(index + 1) % len(users)])
+        searched.count = sum(server.api.calls for server in runs) - before
+
+
+def main() -> None:
+    args = parse_args()
     if not args.api_key:
         sys.exit("No API key: run `make run` first, or pass --api-key / set ENGRAM_API_KEY.")
     data = json.loads(Path(args.data).read_text())
@@ -255,11 +274,16 @@ def main() -> None:
     api = Api(args.host, args.api_key)
     run = args.reuse or uuid.uuid4().hex[:8]
     add_times: list[float] = []
+    hosts = [args.host, *args.also_host]
+    summary = RunSummary.start(*hosts)
     started = time.perf_counter()
     users = [f"locomo-{sample['sample_id']}-{run}" for sample in data]
-    turns = 0 if args.reuse else store(api, data, users, add_times, per_turn=args.per_turn)
+    turns = 0
+    if not args.reuse:
+        with summary.phase("ingest (add, infer=false)", "turns") as ingest:
+            turns = ingest.count = store(api, data, users, add_times, per_turn=args.per_turn)
+        summary.add("ingest (add, infer=false)", len(add_times), ingest.seconds, "requests")
     wait_for_entity_linking()
-    hosts = [args.host, *args.also_host]
     print(f"command: {' '.join(sys.argv)}")
     print(
         f"data: {args.data} — {len(data)} conversations, {turns} turns stored "
@@ -270,12 +294,7 @@ def main() -> None:
     runs = [
         Run(host, Api(host, args.api_key), Calibration() if calibrate else None) for host in hosts
     ]
-    for server in runs:
-        for _ in range(20):  # each web worker loads the embedding model on its first search
-            body = {"query": "warm up", "filters": {"user_id": users[0]}}
-            server.api.call("POST", "/v3/memories/search/", json=body)
-    for index, (sample, user_id) in enumerate(zip(data, users, strict=True)):
-        evaluate(runs, sample, user_id, users[(index + 1) % len(users)])
+    search_all(runs, data, users, summary)
     for server in runs:
         report(server.host, server.scores, server.latencies)
         if server.calibration is not None:
@@ -298,6 +317,7 @@ def main() -> None:
             f"over {len(add_times)}"
         )
     print(f"total {time.perf_counter() - started:.0f}s")
+    summary.report()
 
 
 def store(

@@ -20,7 +20,9 @@ scope, POST /v3/memories/search/ with `reference_date` = the question's date, to
 threshold 0. Prints per question type and overall: turn-level recall@5 and @10 (some evidence
 turn in the top k), all-evidence recall@10 (every evidence turn in the top 10), MRR of the first
 evidence turn, session-level recall@10 (an answer session among the top 10's sessions); search
-latency and add latency.
+latency and add latency (p50/p95/p99); at the end the run summary (common.RunSummary): memories
+stored, add requests and searches per second, and the peak RSS of the client, web server, worker
+and postgres.
 
 --calibration also asks each question in the next question's scope (where nothing is evidence)
 and prints both best scores' distribution and, at fixed thresholds and at the API's default
@@ -57,6 +59,7 @@ from typing import Any
 from common import (
     ROOT,
     Api,
+    RunSummary,
     default_host,
     default_key,
     fmt_ms,
@@ -417,22 +420,16 @@ def main() -> None:
     run_id = uuid.uuid4().hex[:8]
     users = [f"lme-{q['question_id']}-{run_id}" for q in questions]
     ingest = Ingest()
+    summary = RunSummary.start(args.host, *args.also_host)
     started = time.perf_counter()
     written: list[str] = []
     try:
-        for number, (question, user_id) in enumerate(zip(questions, users, strict=True), 1):
-            written.append(user_id)
-            store(api, question, user_id, limits, ingest)
-            if number % 10 == 0 or number == len(questions):
-                print(
-                    f"stored {number}/{len(questions)} questions, {ingest.stored} turns, "
-                    f"{time.perf_counter() - started:.0f}s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        stored_after = time.perf_counter() - started
+        with summary.phase("ingest (add, infer=false)", "memories") as stored:
+            store_all(api, questions, users, limits, ingest, written)
+            stored.count = ingest.stored
+        summary.add("ingest (add, infer=false)", ingest.adds, stored.seconds, "requests")
         wait_for_entity_linking(args.link_timeout)
-        throttled = evaluate_all(args, questions, users, ingest, path, stored_after)
+        throttled = evaluate_all(args, questions, users, ingest, path, stored.seconds, summary)
         print(f"{api.throttled + throttled} requests throttled (429) and sent again")
     finally:
         for user_id in written:
@@ -441,6 +438,29 @@ def main() -> None:
             except RuntimeError as error:
                 print(f"could not erase {user_id}: {error}", file=sys.stderr)
         print(f"erased {len(written)} users; total {time.perf_counter() - started:.0f}s")
+    summary.report()
+
+
+def store_all(
+    api: Api,
+    questions: list[dict[str, Any]],
+    users: list[str],
+    limits: Limits,
+    ingest: Ingest,
+    written: list[str],
+) -> None:
+    """Store every question's haystack in its user's scope (each user noted in `written`)."""
+    started = time.perf_counter()
+    for number, (question, user_id) in enumerate(zip(questions, users, strict=True), 1):
+        written.append(user_id)
+        store(api, question, user_id, limits, ingest)
+        if number % 10 == 0 or number == len(questions):
+            print(
+                f"stored {number}/{len(questions)} questions, {ingest.stored} turns, "
+                f"{time.perf_counter() - started:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def evaluate_all(
@@ -450,6 +470,7 @@ def evaluate_all(
     ingest: Ingest,
     path: Path,
     stored_after: float,
+    summary: RunSummary,
 ) -> int:
     """Search, print the tables; the number of searches throttled (429) and sent again."""
     hosts = [args.host, *args.also_host]
@@ -481,11 +502,14 @@ def evaluate_all(
             body = {"query": "warm up", "filters": {"user_id": users[0]}}
             server.api.call("POST", "/v3/memories/search/", json=body)
     undated: list[str] = []
-    for index, (question, user_id) in enumerate(zip(questions, users, strict=True)):
-        other = users[(index + 1) % len(users)]
-        rotation = index % len(runs)
-        for server in runs[rotation:] + runs[:rotation]:
-            ask(server, question, user_id, other, undated)
+    before = sum(server.api.calls for server in runs)
+    with summary.phase(f"search (HTTP, {len(runs)} server(s) in turn)", "searches") as searched:
+        for index, (question, user_id) in enumerate(zip(questions, users, strict=True)):
+            other = users[(index + 1) % len(users)]
+            rotation = index % len(runs)
+            for server in runs[rotation:] + runs[:rotation]:
+                ask(server, question, user_id, other, undated)
+        searched.count = sum(server.api.calls for server in runs) - before
     if undated:
         print(f"{len(undated)} questions without a readable date: no reference_date")
     for server in runs:

@@ -7,8 +7,10 @@ It creates a database (the owner role needs CREATEDB), migrates it, imports N me
 searching (the users' scopes, in turn) while `reembed` runs, as its own process, to a hosted
 768-dimension model: the local fake embeddings API of the tests (feature hashing: it costs
 nearly nothing, so the figures are engram's own, not a model's). Then `reembed` back to the local
-model. Prints each phase's search latency (p50 / p95 / p99), its errors (503s while processes
-catch up are expected: the check interval), reembed's own figures, and its peak memory.
+model. Prints each phase's search latency (p50 / p95 / p99), searches per second and errors
+(503s while processes catch up are expected: the check interval), reembed's own figures, and its
+peak memory; then the run summary (common.RunSummary): memories imported and re-embedded and
+searches per second, and the peak RSS of this process, its children, the server and postgres.
 
     make migrate
     .venv/bin/python bench/reembed.py [--memories 5000 --users 50]
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import psycopg
-from common import fmt_ms, load_local_env, percentiles, sentence
+from common import RunSummary, fmt_ms, load_local_env, percentiles, sentence
 
 from tests.fake_embeddings import FakeEmbeddings, _handler  # the tests' fake
 from tests.local_server import serving
@@ -79,7 +81,15 @@ class Searches(threading.Thread):
         self.phase = "before"
         self.samples: dict[str, list[float]] = {}
         self.errors: dict[str, dict[int, int]] = {}
+        self.seconds: dict[str, float] = {}  # each phase's wall time
+        self.switched = time.perf_counter()
         self.stop = threading.Event()
+
+    def switch(self, phase: str) -> None:
+        """End the current phase (its wall time noted) and start `phase`."""
+        now = time.perf_counter()
+        self.seconds[self.phase] = self.seconds.get(self.phase, 0.0) + now - self.switched
+        self.phase, self.switched = phase, now
 
     def run(self) -> None:
         rng = random.Random(3)
@@ -111,10 +121,11 @@ def mem0_file(path: Path, memories: int, users: int, rng: random.Random) -> None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--memories", type=int, default=5_000)
     parser.add_argument("--users", type=int, default=50)
     args = parser.parse_args()
+    summary = RunSummary.start(f"http://127.0.0.1:{PORT}")
     owner_url = os.environ["DATABASE_OWNER_URL"]
     with psycopg.connect(owner_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {NAME}")
@@ -128,18 +139,26 @@ def main() -> None:
     }
     try:
         with contextlib.ExitStack() as stack:
-            scenario(env, args.memories, args.users, stack)
+            scenario(env, args.memories, args.users, stack, summary)
+        summary.report()
     finally:
         with psycopg.connect(owner_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {NAME} WITH (FORCE)")
 
 
-def scenario(env: dict[str, str], memories: int, users: int, stack: contextlib.ExitStack) -> None:
+def scenario(
+    env: dict[str, str],
+    memories: int,
+    users: int,
+    stack: contextlib.ExitStack,
+    summary: RunSummary,
+) -> None:
     run({**env, "DATABASE_URL": env["DATABASE_OWNER_URL"]}, "migrate", "--no-input", "-v", "0")
     with tempfile.TemporaryDirectory() as folder:
         source = Path(folder) / "mem0.json"
         mem0_file(source, memories, users, random.Random(7))
         took, _, _ = run(env, "import_mem0", "--file", str(source), "--org", "b", "--project", "r")
+    summary.add("import_mem0 (its own process)", memories, took, "memories")
     print(f"command: .venv/bin/python bench/reembed.py --memories {memories} --users {users}")
     print(f"{memories} memories of {users} users imported in {took:.0f} s")
     _, _, out = run(env, "create_api_key", "--org", "b", "--project", "r", "--name", "bench")
@@ -171,24 +190,30 @@ def scenario(env: dict[str, str], memories: int, users: int, stack: contextlib.E
     searches = Searches(key, users)
     searches.start()
     time.sleep(20)
-    searches.phase = "during the build (to 768)"
+    searches.switch("during the build (to 768)")
     forward = run(hosted, "reembed", "--no-progress")
-    searches.phase = "after the switch (768)"
+    searches.switch("after the switch (768)")
     time.sleep(20)
-    searches.phase = "during the build (back to 384)"
+    searches.switch("during the build (back to 384)")
     back = run(env, "reembed", "--no-progress")
-    searches.phase = "after the switch back (384)"
+    searches.switch("after the switch back (384)")
     time.sleep(20)
     searches.stop.set()
     searches.join()
+    searches.switch("stopped")
     for label, (seconds, rss, out) in (("to fake-768", forward), ("back to local", back)):
         print(f"reembed {label}: {seconds:.1f} s, peak {rss} MB")
+        summary.add(f"reembed {label} (its own process)", memories, seconds, "memories")
         for line in out.splitlines():
             if line.startswith(("Built", "Index", "Switched", "Done")):
                 print(f"    {line}")
     for phase, samples in searches.samples.items():
         errors = searches.errors.get(phase, {})
-        print(f"search, {phase}: n={len(samples)} {fmt_ms(percentiles(samples))} {errors=}")
+        rate = summary.add(f"search, {phase}", len(samples), searches.seconds[phase], "searches")
+        print(
+            f"search, {phase}: n={len(samples)} {fmt_ms(percentiles(samples))} "
+            f"{rate.per_second:.1f} searches/s {errors=}"
+        )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ measure  for three user classes of project 0 (small: 10th percentile size, media
            database (--port, config/gunicorn_conf.py), stopped afterwards;
          then EXPLAIN (ANALYZE, BUFFERS) of the hot query for the largest user and the Postgres
          settings that matter.
+summary  memories loaded and searches per second of each pass, and the peak RSS of this
+         process, the gunicorn, postgres and any Dramatiq worker (common.RunSummary).
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ import json
 import os
 import random
 import re
-import resource
 import subprocess
 import sys
 import time
@@ -57,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import ROOT, WORDS, Api, percentiles, user_sizes
+from common import ROOT, WORDS, Api, RunSummary, percentiles, user_sizes
 
 LOCAL = ROOT / ".local"
 PY = str(ROOT / ".venv" / "bin" / "python")
@@ -75,7 +76,6 @@ FILTERS = ("none", "agent", "category", "date", "metadata")
 CLASSES = ("small", "median", "largest")
 KINDS = ("short", "question")
 DAYS = 730  # created_at spread over the last two years
-HOT_SQL = ("SELECT id, project_id", "WITH similar_names ")  # memory.retrieval.search's statement
 
 
 # --- connection settings ------------------------------------------------------------------
@@ -323,7 +323,9 @@ class Copier:
                 )  # fmt: skip
 
 
-def load(args: argparse.Namespace, projects: list[Any], plan: Plan) -> dict[str, Any]:
+def load(
+    args: argparse.Namespace, projects: list[Any], plan: Plan, summary: RunSummary
+) -> dict[str, Any]:
     from pgvector.psycopg import register_vector
 
     phases: dict[str, float] = {}
@@ -373,6 +375,10 @@ def load(args: argparse.Namespace, projects: list[Any], plan: Plan) -> dict[str,
     conn.execute("VACUUM (ANALYZE) memory_memoryentity")
     phases["vacuum analyze"] = time.perf_counter() - t
     phases["total"] = time.perf_counter() - started
+    summary.add("COPY memories", total, phases["COPY memories"], "memories")
+    summary.add(
+        "load, every phase (pool, COPY, indexes, vacuum)", total, phases["total"], "memories"
+    )
     conn.close()
     print(
         f"load: {total} memories ({copier.real_rows} with their own real embedding, the rest "
@@ -468,6 +474,7 @@ def measure_db(
 ) -> tuple[list[float], list[list[Any]]]:
     from django.db import connection
 
+    from memory.retrieval.search import STATEMENT_STARTS
     from tenants.db import project_context
 
     timings: list[float] = []
@@ -478,7 +485,7 @@ def measure_db(
         try:
             return execute(sql, params, many, context)
         finally:
-            if sql.startswith(HOT_SQL):
+            if sql.startswith(STATEMENT_STARTS):
                 timings.append((time.perf_counter() - started) * 1000)
 
     with connection.execute_wrapper(timer):
@@ -500,12 +507,15 @@ def explain(project_id: Any, cell: dict[str, Any], vector: list[float], exact: b
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from memory.retrieval.search import STATEMENT_STARTS
     from tenants.db import project_context
 
     with project_context(project_id):
         with CaptureQueriesContext(connection) as captured:
             run_search(project_id, cell, vector, exact)
-        hot = [q["sql"] for q in captured.captured_queries if q["sql"].startswith(HOT_SQL)][-1]
+        hot = [
+            q["sql"] for q in captured.captured_queries if q["sql"].startswith(STATEMENT_STARTS)
+        ][-1]
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + hot)
             plan = "\n".join(row[0] for row in cursor.fetchall())
@@ -567,6 +577,7 @@ def measure(
     targets: dict[str, list[dict[str, Any]]],
     app_url: str,
     owner_url: str,
+    summary: RunSummary,
 ) -> None:
     from memory.text.embeddings import embed
 
@@ -585,23 +596,38 @@ def measure(
     print(f"embedded {len(cells)} queries in {time.perf_counter() - started:.0f}s")
     settings_report()
     if not args.skip_db:
-        measure_database(project_id, cells, vectors)
+        measure_database(project_id, cells, vectors, summary)
     if not args.skip_http:
-        measure_http(args, projects[0], cells, app_url, owner_url)
+        measure_http(args, projects[0], cells, app_url, owner_url, summary)
+
+
+def timed_db(
+    project_id: Any,
+    cells: list[dict[str, Any]],
+    vectors: list[list[float]],
+    exact: bool | None,
+    summary: RunSummary,
+) -> tuple[list[float], list[list[Any]]]:
+    """measure_db, its wall time a phase of the run summary."""
+    path = {None: "as the API runs it", False: "HNSW path", True: "exact scan"}[exact]
+    with summary.phase(f"search in process, {path}", "searches") as rate:
+        timings, results = measure_db(project_id, cells, vectors, exact)
+        rate.count = len(results)
+    return timings, results
 
 
 def measure_database(
-    project_id: Any, cells: list[dict[str, Any]], vectors: list[list[float]]
+    project_id: Any, cells: list[dict[str, Any]], vectors: list[list[float]], summary: RunSummary
 ) -> None:
     measure_db(project_id, cells[:50], vectors[:50], None)  # warm the cache
-    db_api, _ = measure_db(project_id, cells, vectors, None)
+    db_api, _ = timed_db(project_id, cells, vectors, None, summary)
     table(
         "DATABASE time, search statement as the API runs it (exact rank in scope)",
         group(cells, db_api),
     )
-    db_hnsw, hnsw_ids = measure_db(project_id, cells, vectors, False)
+    db_hnsw, hnsw_ids = timed_db(project_id, cells, vectors, False, summary)
     table("DATABASE time, HNSW index path (exact=False, iterative scan)", group(cells, db_hnsw))
-    _, truth = measure_db(project_id, cells, vectors, True)
+    _, truth = timed_db(project_id, cells, vectors, True, summary)
     recall = [
         len(set(a) & set(b)) / len(b) if b else 1.0 for a, b in zip(hnsw_ids, truth, strict=True)
     ]
@@ -625,6 +651,7 @@ def measure_http(
     cells: list[dict[str, Any]],
     app_url: str,
     owner_url: str,
+    summary: RunSummary,
 ) -> None:
     from tenants.actions import do_create_api_key
 
@@ -648,14 +675,16 @@ def measure_http(
                 "/v3/memories/search/",
                 json={"query": cell["query"], "filters": cell["filters"], "top_k": 20},
             )
-        http = [
-            api.call(
-                "POST",
-                "/v3/memories/search/",
-                json={"query": c["query"], "filters": c["filters"], "top_k": 20},
-            )[1]
-            for c in cells
-        ]
+        with summary.phase("search via gunicorn (HTTP)", "searches") as rate:
+            http = [
+                api.call(
+                    "POST",
+                    "/v3/memories/search/",
+                    json={"query": c["query"], "filters": c["filters"], "top_k": 20},
+                )[1]
+                for c in cells
+            ]
+            rate.count = len(http)
         table(
             f"HTTP time via gunicorn ({args.web_workers} workers), incl. query embedding",
             group(cells, http),
@@ -722,6 +751,7 @@ def main() -> None:
             os.environ.setdefault(name, env[name])
     print(f"command: {' '.join(sys.argv)}")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start")
+    summary = RunSummary.start(f"http://127.0.0.1:{args.port}")
     if args.setup:
         setup(args.db, owner_url, app_url)
 
@@ -746,13 +776,11 @@ def main() -> None:
     if args.reuse:
         targets = json.loads((LOCAL / f"{args.db}_targets.json").read_text())
     else:
-        targets = load(args, projects, plan)
+        targets = load(args, projects, plan, summary)
     sizes_report(args.db)
-    measure(args, projects, plan.sizes, targets, app_url, owner_url)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(
-        f"\nbenchmark process peak RSS {peak:.0f} MB; load average {os.getloadavg()[0]:.2f} at end"
-    )
+    measure(args, projects, plan.sizes, targets, app_url, owner_url, summary)
+    print(f"\nload average {os.getloadavg()[0]:.2f} at end")
+    summary.report()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ fresh project: synthetic sentences, real MiniLM embeddings for a sample of them 
 vectors for the rest. Then measures, over Q queries (default 1,000):
   - database time of the search statement alone (the query embedding precomputed);
   - full HTTP time through the API (including the query embedding), against a running server;
-and the throughput of `add` (infer=false) through the API in batches.
+and the throughput of `add` (infer=false) through the API in batches; each with p50/p95/p99, and
+at the end the run summary (common.RunSummary): memories generated and added and searches per
+second, and the peak RSS of the client, web server(s), worker and postgres.
 
 Every generated memory is also linked to the entities the local recogniser finds in it (its
 place), written straight into MemoryEntity as the worker would (without the AGE vertices, which
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import resource
 import sys
 import time
 from pathlib import Path
@@ -35,12 +36,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
 
-from common import Api, default_host, fmt_ms, load_local_env, percentiles, sentence, user_sizes
+from common import (
+    Api,
+    RunSummary,
+    default_host,
+    fmt_ms,
+    load_local_env,
+    percentiles,
+    sentence,
+    user_sizes,
+)
 
 load_local_env()
 
 
-def generate(project, memories: int, users: int, sample: int, rng: random.Random) -> list[int]:
+def generate(
+    project: Any, memories: int, users: int, sample: int, rng: random.Random, summary: RunSummary
+) -> list[int]:
     import numpy as np
     from django.utils import timezone
 
@@ -82,6 +94,7 @@ def generate(project, memories: int, users: int, sample: int, rng: random.Random
 
     embed_entity_names(project.pk)
     elapsed = time.perf_counter() - started
+    summary.add("generate (direct bulk insert, in process)", done, elapsed, "memories")
     print(
         f"generated {done} memories for {users} users in {elapsed:.0f}s ({done / elapsed:.0f}/s, "
         f"direct bulk insert with HNSW/GIN maintenance); largest user {sizes[0]}, median "
@@ -119,7 +132,9 @@ def _flush(batch, real_every, offset, np_rng, embed, project_context, project) -
     return len(batch)
 
 
-def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> list[float]:
+def measure_db(
+    project: Any, sizes: list[int], queries: int, rng: random.Random, summary: RunSummary
+) -> list[float]:
     from django.db import connection
 
     from memory.models import Memory
@@ -141,7 +156,12 @@ def measure_db(project, sizes: list[int], queries: int, rng: random.Random) -> l
             if sql.startswith(STATEMENT_STARTS):
                 timings.append((time.perf_counter() - started) * 1000)
 
-    with project_context(project.pk), connection.execute_wrapper(timer):
+    with (
+        summary.phase("search in process (query embedding precomputed)", "searches") as rate,
+        project_context(project.pk),
+        connection.execute_wrapper(timer),
+    ):
+        rate.count = queries
         for text, user, vector in zip(texts, users, vectors, strict=True):
             scope = (
                 Memory.objects.for_project(project)
@@ -193,10 +213,10 @@ def measure_http(api: Api, sizes: list[int], queries: int, rng: random.Random) -
 
 def measure_add(
     api: Api, total: int, batch: int, concurrency: int, rng: random.Random
-) -> tuple[float, list[float], int]:
+) -> tuple[int, float, list[float]]:
     """Raw adds into scopes no earlier run used (a run tag in the user ids), so every text is
     new: a repeated text in the same scope is answered NONE without a write, which would
-    inflate the rate. Returns (memories stored per second, per-request ms, memories stored)."""
+    inflate the rate. Returns (memories stored, wall seconds, per-request ms)."""
     from concurrent.futures import ThreadPoolExecutor
 
     run = f"{int(time.time())}-{rng.randrange(10**6)}"
@@ -216,7 +236,7 @@ def measure_add(
     with ThreadPoolExecutor(concurrency) as pool:
         outcomes = list(pool.map(add, bodies))
     stored = sum(n for n, _ in outcomes)
-    return stored / (time.perf_counter() - started), [t for _, t in outcomes], stored
+    return stored, time.perf_counter() - started, [t for _, t in outcomes]
 
 
 def reuse():
@@ -278,17 +298,20 @@ def main() -> None:
 
     rng = random.Random(42)
     print(f"command: {' '.join(sys.argv)}")
+    summary = RunSummary.start(args.host, *args.also_host)
     if args.reuse:
         new, sizes = reuse()
     else:
         new = do_create_api_key(org_name="bench", project_name=f"search-{int(time.time())}")
-        sizes = generate(new.key.project, args.memories, args.users, args.real_embeddings, rng)
+        sizes = generate(
+            new.key.project, args.memories, args.users, args.real_embeddings, rng, summary
+        )
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memory_memory")
         cursor.execute("ANALYZE memory_memoryentity")
-    db = measure_db(new.key.project, sizes, args.queries, random.Random(44))
+    db = measure_db(new.key.project, sizes, args.queries, random.Random(44), summary)
     print(
         "search, database time (the statement only; top_k=10): "
         f"{fmt_ms(percentiles(db))} over {len(db)} queries"
@@ -300,23 +323,26 @@ def main() -> None:
         for _ in range(20):  # each web worker loads the embedding model on its first search
             body = {"query": "warm up", "filters": {"user_id": "user-1"}}
             api.call("POST", "/v3/memories/search/", json=body)
-        http = measure_http(api, sizes, args.queries, random.Random(43))
+        with summary.phase(f"search via {host} (HTTP)", "searches") as rate:
+            http = measure_http(api, sizes, args.queries, random.Random(43))
+            rate.count = len(http)
         print(
             f"search, HTTP time via {host} (incl. query embedding, top_k=10): "
             f"{fmt_ms(percentiles(http))} over {len(http)} queries"
         )
     api = Api(args.host, new.raw)
     if args.add_memories:
-        rate, add_times, stored = measure_add(
+        stored, seconds, add_times = measure_add(
             api, args.add_memories, args.add_batch, args.add_concurrency, rng
         )
+        label = f"add (infer=false, HTTP, {args.add_concurrency} clients)"
+        added = summary.add(label, stored, seconds, "memories")
         print(
             f"add (infer=false) through HTTP, batches of {args.add_batch}, "
-            f"{args.add_concurrency} clients: {rate:.0f} memories/s ({stored} of "
+            f"{args.add_concurrency} clients: {added.per_second:.0f} memories/s ({stored} of "
             f"{args.add_memories} stored as new); per request {fmt_ms(percentiles(add_times))}"
         )
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"benchmark process peak RSS: {peak_mb:.0f} MB")
+    summary.report()
 
 
 if __name__ == "__main__":

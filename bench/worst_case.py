@@ -3,9 +3,11 @@
 Against a running server (`make run`, with its worker): it reads the limits the server runs
 with from the same settings (ENGRAM_MAX_EMBED_TOKENS, ENGRAM_MAX_TEXT_CHARS, the filter caps,
 ENGRAM_MAX_FACTS_PER_EVENT, …), builds a scope of long memories, then sends each worst case
---repeat times and prints its status, its slowest and median time, and the growth of the
-largest resident set of the server's processes (gunicorn workers, dramatiq workers) during it.
-At the end it prints every process's resident memory at start-up and after the run.
+--repeat times and prints its status, its slowest and median time, p50/p95/p99, and the growth
+of the largest resident set of the server's processes (gunicorn workers, dramatiq workers)
+during it. At the end it prints every process's resident memory at start-up and after the run,
+and the run summary (common.RunSummary): each case's requests per second (over the time its
+requests took, one at a time) and the peak RSS of the client, web server, worker and postgres.
 
     .venv/bin/python bench/worst_case.py [--repeat 3]
 
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import default_host, default_key, load_local_env
+from common import RunSummary, default_host, default_key, fmt_ms, load_local_env, percentiles
 
 # 300 one-token words: a message that fills the model's 256-token window.
 WINDOW = "word " * 300
@@ -247,7 +249,7 @@ def wait_for_event(http: httpx.Client, answer: Any) -> str:
     return "TIMEOUT"
 
 
-def run_case(http: httpx.Client, case: Case, repeat: int) -> None:
+def run_case(http: httpx.Client, case: Case, repeat: int, summary: RunSummary) -> None:
     times, grown, statuses = [], [], set()
     for _ in range(repeat):
         processes = server_processes()
@@ -263,10 +265,12 @@ def run_case(http: httpx.Client, case: Case, repeat: int) -> None:
         statuses.add(status)
         grown.append(max((memory_kb(pid, "VmHWM") - before[pid] for pid in processes), default=0))
     flag = "" if statuses == {str(case.expect)} or case.waits_for_event else "  UNEXPECTED"
+    summary.add(case.name, len(times), sum(times), "requests")
     print(
         f"{case.name}\n    status {'/'.join(sorted(statuses))}{flag}   "
         f"max {max(times):.2f} s   median {statistics.median(times):.2f} s   "
-        f"peak RSS growth {max(grown) / 1024:.0f} MB"
+        f"peak RSS growth {max(grown) / 1024:.0f} MB\n"
+        f"    {fmt_ms(percentiles([t * 1000 for t in times]))}"
     )
 
 
@@ -321,6 +325,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     limits = settings()
+    summary = RunSummary.start(args.host)
     http = httpx.Client(
         base_url=args.host, headers={"Authorization": f"Token {args.key}"}, timeout=600
     )
@@ -341,7 +346,7 @@ def main() -> None:
         f"and 20 of {limits.ENGRAM_MAX_TEXT_CHARS} times one letter\n"
     )
     for case in cases(limits, user, memory_ids, f"{user}-aaa"):
-        run_case(http, case, args.repeat)
+        run_case(http, case, args.repeat, summary)
     for scope in (user, f"{user}-aaa", f"{user}-infer"):
         http.delete(f"/v1/memories/?user_id={scope}")
     time.sleep(5)  # let the worker finish what the run queued (entity links)
@@ -350,6 +355,7 @@ def main() -> None:
         now = memory_kb(pid, "VmRSS")
         change = f"{(now - kb) / kb:+.0%}" if kb and now else "gone (recycled)"
         print(f"    {role:9} pid {pid:7}  {kb / 1024:6.0f} MB -> {now / 1024:6.0f} MB  {change}")
+    summary.report()
 
 
 if __name__ == "__main__":
