@@ -14,7 +14,7 @@ from typing import Any
 from memory.graph.age import ensure_graph
 from memory.graph.values import ProjectId, Scope, _exact_scope, normalise_name
 from memory.graph.writes import (
-    _link,
+    _link_many,
     _lock_entities,
     _remember_names,
     name_vectors,
@@ -87,14 +87,19 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
             for scope in {scope for _, scope, _ in chunk}:
                 names = [name for _, s, pairs in chunk if s == scope for name, _ in pairs]
                 _lock_entities(graph, scope, names)
+            # The memories are read first: nothing is written for one erased since the job was
+            # queued.
+            present = set(
+                Memory.objects.filter(
+                    project_id=project, pk__in=[memory.pk for memory, _, _ in chunk]
+                ).values_list("pk", flat=True)
+            )
+            items = [(m.pk, scope, pairs) for m, scope, pairs in chunk if m.pk in present]
+            _, rows = _link_many(graph, project, items)
+            made += len(rows)
             linked_names: dict[Scope, set[str]] = {}
-            for memory, scope, pairs in chunk:
-                try:  # the memory is read first: nothing is written when it is gone
-                    _link(graph, project, memory.pk, pairs, scope, remember=False)
-                except Memory.DoesNotExist:
-                    continue  # erased since the job was queued
-                made += len(pairs)
-                linked_names.setdefault(scope, set()).update(normalise_name(n) for n, _ in pairs)
+            for row in rows:
+                linked_names.setdefault(Scope.of(row.scope), set()).add(row.entity_name)
             for scope, new_names in linked_names.items():  # the chunk's new names, one batch
                 _remember_names(project, scope, sorted(new_names))
     return made

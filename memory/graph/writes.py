@@ -250,41 +250,73 @@ def _link(
     remember: bool = True,
 ) -> list[Entity]:
     """Link the memory to the entities (vertices, MemoryEntity rows) and, unless the caller
-    does it for many memories at once (remember=False), give new names their vectors."""
+    does it for many memories at once (remember=False), give new names their vectors. Raises
+    Memory.DoesNotExist when the memory is gone (nothing is written), ValueError when it is
+    not of `scope`."""
     memory = Memory.objects.only(*SCOPE_FIELDS).get(pk=memory_id, project_id=project)
     memory_scope = Scope.of(memory.scope)
     if scope is not None and scope != memory_scope:
         raise ValueError("the memory belongs to another scope")
-    wanted: dict[str, tuple[str, str]] = {}
-    for name, entity_type in entities:
-        wanted.setdefault(_entity_name(name), (name, entity_type))
-    known = set(
-        MemoryEntity.objects.filter(memory_id=memory.pk, entity_name__in=list(wanted)).values_list(
-            "entity_name", flat=True
-        )
-    )
-    linked: list[Entity] = []
-    rows: list[MemoryEntity] = []
-    for normalised, (name, entity_type) in wanted.items():
-        # A mention counts once per memory.
-        entity = _upsert_entity(
-            graph, memory_scope, name, entity_type, 0 if normalised in known else 1
-        )
-        linked.append(entity)
-        if normalised not in known:
-            rows.append(
-                MemoryEntity(
-                    project_id=project,
-                    memory_id=memory.pk,
-                    entity_name=normalised,
-                    vertex_id=entity.id,
-                    **memory_scope.as_dict(),
-                )
-            )
-    MemoryEntity.objects.bulk_create(rows, ignore_conflicts=True)
+    linked, rows = _link_many(graph, project, [(memory.pk, memory_scope, list(entities))])
     if remember:
         _remember_names(project, memory_scope, [row.entity_name for row in rows])
-    return linked
+    return linked.get(memory.pk, [])
+
+
+def _link_many(
+    graph: str,
+    project: ProjectId,
+    items: Sequence[tuple[uuid.UUID, Scope, Sequence[tuple[str, str]]]],
+) -> tuple[dict[uuid.UUID, list[Entity]], list[MemoryEntity]]:
+    """Link each memory of `items` (its id, its scope, the (name, type) pairs it mentions) to
+    its entities, in the caller's transaction: for each memory the entities linked, and the
+    MemoryEntity rows made. A mention counts once per memory: each entity is upserted once,
+    with one more mention for each memory that names it for the first time (the memories'
+    links are read first), and the rows are written in one statement."""
+    wanted: dict[uuid.UUID, dict[str, tuple[str, str]]] = {}
+    scopes: dict[uuid.UUID, Scope] = {}
+    for memory_id, scope, entities in items:
+        scopes[memory_id] = scope
+        for name, entity_type in entities:
+            wanted.setdefault(memory_id, {}).setdefault(_entity_name(name), (name, entity_type))
+    known = set(
+        MemoryEntity.objects.filter(
+            memory_id__in=list(wanted),
+            entity_name__in=sorted({n for names in wanted.values() for n in names}),
+        ).values_list("memory_id", "entity_name")
+    )
+    # Each (scope, entity) once, in the order first named: its spelling and type as first
+    # named, and the memories that name it for the first time.
+    first: dict[tuple[Scope, str], tuple[str, str]] = {}
+    mentions: dict[tuple[Scope, str], int] = {}
+    for memory_id, names in wanted.items():
+        for normalised, pair in names.items():
+            key = (scopes[memory_id], normalised)
+            first.setdefault(key, pair)
+            mentions[key] = mentions.get(key, 0) + ((memory_id, normalised) not in known)
+    entities = {
+        key: _upsert_entity(graph, key[0], name, entity_type, mentions[key])
+        for key, (name, entity_type) in first.items()
+    }
+    linked: dict[uuid.UUID, list[Entity]] = {}
+    rows: list[MemoryEntity] = []
+    for memory_id, names in wanted.items():
+        scope = scopes[memory_id]
+        for normalised in names:
+            entity = entities[(scope, normalised)]
+            linked.setdefault(memory_id, []).append(entity)
+            if (memory_id, normalised) not in known:
+                rows.append(
+                    MemoryEntity(
+                        project_id=project,
+                        memory_id=memory_id,
+                        entity_name=normalised,
+                        vertex_id=entity.id,
+                        **scope.as_dict(),
+                    )
+                )
+    MemoryEntity.objects.bulk_create(rows, ignore_conflicts=True)
+    return linked, rows
 
 
 # The vectors of entity names embedded before the transaction that may record them
