@@ -95,11 +95,11 @@ def link_mentions(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> 
                 ).values_list("pk", flat=True)
             )
             items = [(m.pk, scope, pairs) for m, scope, pairs in chunk if m.pk in present]
-            _, rows = _link_many(graph, project, items)
-            made += len(rows)
+            _, new_links = _link_many(graph, project, items)
+            made += len(new_links)
             linked_names: dict[Scope, set[str]] = {}
-            for row in rows:
-                linked_names.setdefault(Scope.of(row.scope), set()).add(row.entity_name)
+            for link in new_links:
+                linked_names.setdefault(Scope.of(link.scope), set()).add(link.entity_name)
             for scope, new_names in linked_names.items():  # the chunk's new names, one batch
                 _remember_names(project, scope, sorted(new_names))
     return made

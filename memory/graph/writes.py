@@ -275,9 +275,9 @@ def _link_many(
     links are read first), and the rows are written in one statement."""
     wanted: dict[uuid.UUID, dict[str, tuple[str, str]]] = {}
     scopes: dict[uuid.UUID, Scope] = {}
-    for memory_id, scope, entities in items:
+    for memory_id, scope, pairs in items:
         scopes[memory_id] = scope
-        for name, entity_type in entities:
+        for name, entity_type in pairs:
             wanted.setdefault(memory_id, {}).setdefault(_entity_name(name), (name, entity_type))
     known = set(
         MemoryEntity.objects.filter(
@@ -294,7 +294,7 @@ def _link_many(
             key = (scopes[memory_id], normalised)
             first.setdefault(key, pair)
             mentions[key] = mentions.get(key, 0) + ((memory_id, normalised) not in known)
-    entities = {
+    upserted = {
         key: _upsert_entity(graph, key[0], name, entity_type, mentions[key])
         for key, (name, entity_type) in first.items()
     }
@@ -303,7 +303,7 @@ def _link_many(
     for memory_id, names in wanted.items():
         scope = scopes[memory_id]
         for normalised in names:
-            entity = entities[(scope, normalised)]
+            entity = upserted[(scope, normalised)]
             linked.setdefault(memory_id, []).append(entity)
             if (memory_id, normalised) not in known:
                 rows.append(

@@ -76,6 +76,22 @@ class LinkingTestCase(BaseTestCase):
         berlin = graph.find_entity(self.project_id, ALICE, "berlin")
         assert berlin is not None and berlin.mentions == 2
 
+    def test_a_chunk_counts_each_memorys_mention_once_in_its_own_scope(self) -> None:
+        # One job, two scopes naming Oslo: each scope's entity counts its own memories' mentions
+        # (upserted once per chunk), a memory already linked counts nothing more.
+        project = self.alice.key.project
+        (first,) = add_texts(project, ["Jon flew to Oslo"], user_id="alice")
+        graph.link_mentions(self.project_id, [first.pk])
+        more = add_texts(project, ["Oslo was cold", "The food in Oslo was good"], user_id="alice")
+        bobs = add_texts(project, ["Oslo again, Oslo forever"], user_id="bob")
+        ids = [first.pk, *(m.pk for m in more), *(m.pk for m in bobs)]
+        assert graph.link_mentions(self.project_id, ids) == 3  # two of alice's, one of bob's
+        oslo = graph.find_entity(self.project_id, ALICE, "Oslo")
+        bob_oslo = graph.find_entity(self.project_id, Scope(user_id="bob"), "Oslo")
+        assert oslo is not None and oslo.mentions == 3
+        assert bob_oslo is not None and bob_oslo.mentions == 1 and bob_oslo.id != oslo.id
+        assert all("oslo" in links(self.project_id, m) for m in ids)
+
     def test_only_active_memories_of_the_project_are_linked(self) -> None:
         (mine,) = add_texts(self.alice.key.project, ["Jon likes Oslo"], user_id="alice")
         (theirs,) = add_texts(self.charlie.key.project, ["Jon likes Oslo"], user_id="alice")
