@@ -321,15 +321,15 @@ def _scope_where(queryset: MemoryQuerySet) -> tuple[str, tuple[Any, ...]]:
     time window took 2.2-3.8 ms to build, the queryset compiled once per part, and take 0.12 ms.
     Raises EmptyResultSet when nothing can match."""
     query = queryset.query
-    compiler = query.get_compiler(using=queryset.db)
     # A join Django trimmed (the project's, `project=…`) stays in alias_map, unreferenced.
     joined = {alias for alias, count in query.alias_refcount.items() if count}
-    if joined - {Memory._meta.db_table} or query.extra:
-        # Joins (a caller's own ORM condition over another table): its ids, as Django writes them.
+    if joined - {Memory._meta.db_table} or query.extra_tables:
+        # Another table read (a caller's own ORM condition over it, or extra(tables=…)): its
+        # ids, as Django writes them.
         sql, params = queryset.order_by().values("id").query.sql_with_params()
         return f"memory_memory.id IN ({sql})", tuple(params)
     try:
-        sql, params = compiler.compile(query.where)
+        sql, params = query.get_compiler(using=queryset.db).compile(query.where)
     except FullResultSet:
         return "TRUE", ()
     return f"({sql})" if sql else "TRUE", tuple(params)

@@ -119,6 +119,13 @@ class ScopeConditionTestCase(BaseTestCase):
         assert set(joined.query.alias_map) != {"memory_memory"}  # the condition joins
         assert self.found(joined) == {"I drink green tea every morning"}
         assert self.found(alice.filter(project__name=f"not {self.project.name}")) == set()
+        # The same through extra(): the other table is named in FROM, not as a join.
+        named = alice.extra(
+            tables=["tenants_project"],
+            where=["tenants_project.id = memory_memory.project_id", "tenants_project.name = %s"],
+            params=[self.project.name],
+        )
+        assert self.found(named) == {"I drink green tea every morning"}
 
     def test_no_condition_is_every_memory_the_tenant_may_read(self) -> None:
         assert self.found(Memory.objects.all()) == {
