@@ -35,11 +35,15 @@ same database (e.g. one running the previous commit) and prints a table per
 server, and for how many questions each server's results (ids, in order) are identical to the
 first server's. Each question goes to every server in turn (the order rotating).
 
-At the end it erases its users (DELETE /v2/entities/user/<id>/), also after an error.
+At the end it erases its users (DELETE /v2/entities/user/<id>/), also after an error, unless
+--keep: that leaves them in place and prints the run's id; --reuse RUN then searches the turns a
+kept run stored (no ingest, about 13 minutes saved), e.g. to compare rankings after a change to
+the server (its last erases them).
 
     make run   # in another terminal (or any engram URL + key)
     .venv/bin/python bench/longmemeval.py [--data ../shared/data/longmemeval-dev.json]
         [--host URL --api-key KEY] [--limit N] [--calibration] [--also-host URL ...]
+        [--keep | --reuse RUN]
 """
 
 from __future__ import annotations
@@ -374,7 +378,7 @@ def report(run: Run) -> None:
         print(f"WARNING: {run.foreign} results carried another question's metadata")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -408,7 +412,14 @@ def main() -> None:
     parser.add_argument(
         "--link-timeout", type=float, default=3600, help="seconds to wait for entity linking"
     )
-    args = parser.parse_args()
+    reuse = parser.add_mutually_exclusive_group()
+    reuse.add_argument("--keep", action="store_true", help="keep the stored turns (see --reuse)")
+    reuse.add_argument("--reuse", metavar="RUN", help="search a kept run's turns, storing none")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if not args.api_key:
         sys.exit("No API key: run `make run` first, or pass --api-key / set ENGRAM_API_KEY.")
     path = Path(args.data)
@@ -417,21 +428,27 @@ def main() -> None:
         questions = questions[: args.limit]
     limits = Limits(args.max_text_chars, args.max_messages, args.embed_budget)
     api = Api(args.host, args.api_key)
-    run_id = uuid.uuid4().hex[:8]
+    run_id = args.reuse or uuid.uuid4().hex[:8]
     users = [f"lme-{q['question_id']}-{run_id}" for q in questions]
     ingest = Ingest()
     summary = RunSummary.start(args.host, *args.also_host)
     started = time.perf_counter()
     written: list[str] = []
+    stored_after = 0.0
     try:
-        with summary.phase("ingest (add, infer=false)", "memories") as stored:
-            store_all(api, questions, users, limits, ingest, written)
-            stored.count = ingest.stored
-        summary.add("ingest (add, infer=false)", ingest.adds, stored.seconds, "requests")
+        if not args.reuse:
+            with summary.phase("ingest (add, infer=false)", "memories") as stored:
+                store_all(api, questions, users, limits, ingest, written)
+                stored.count = ingest.stored
+            stored_after = stored.seconds
+            summary.add("ingest (add, infer=false)", ingest.adds, stored_after, "requests")
         wait_for_entity_linking(args.link_timeout)
-        throttled = evaluate_all(args, questions, users, ingest, path, stored.seconds, summary)
+        throttled = evaluate_all(args, questions, users, ingest, path, stored_after, summary)
         print(f"{api.throttled + throttled} requests throttled (429) and sent again")
     finally:
+        if args.keep or args.reuse:
+            print(f"stored turns kept: --reuse {run_id}")
+            written = []
         for user_id in written:
             try:
                 api.call("DELETE", f"/v2/entities/user/{user_id}/")
@@ -477,20 +494,27 @@ def evaluate_all(
     turns = sum(len(s) for q in questions for s in q["haystack_sessions"])
     evidence = sum(t.get("has_answer") is True for q in questions for s in q["haystack_sessions"] for t in s)  # fmt: skip
     print(f"command: {' '.join(sys.argv)}")
+    sessions = sum(len(q["haystack_sessions"]) for q in questions)
     print(
         f"data: {path} ({path.stat().st_size / 1e6:.1f} MB) — {len(questions)} questions, "
-        f"{ingest.sessions} sessions, {turns} user turns ({evidence} evidence turns); "
-        f"{ingest.stored} memories stored in {stored_after:.0f}s"
+        f"{sessions} sessions, {turns} user turns ({evidence} evidence turns); "
+        + (
+            f"stored by run {args.reuse}"
+            if args.reuse
+            else f"{ingest.stored} memories stored in {stored_after:.0f}s"
+        )
     )
-    print(
-        f"ingest: {ingest.adds} add requests (infer=false); {ingest.blank} blank turns skipped, "
-        f"{ingest.truncated} turns truncated to {args.max_text_chars} characters, "
-        f"{ingest.duplicates} turns already stored in their scope (same text), "
-        f"{ingest.split} sessions split over several adds (embedding budget {args.embed_budget} "
-        f"tokens, {args.max_messages} messages), {len(ingest.refused)} adds refused as over "
-        f"the budget and halved, {ingest.undated} sessions without a readable date, "
-        f"{ingest.unstored_evidence} evidence turns not stored"
-    )
+    if not args.reuse:
+        print(
+            f"ingest: {ingest.adds} add requests (infer=false); {ingest.blank} blank turns "
+            f"skipped, {ingest.truncated} turns truncated to {args.max_text_chars} characters, "
+            f"{ingest.duplicates} turns already stored in their scope (same text), "
+            f"{ingest.split} sessions split over several adds (embedding budget "
+            f"{args.embed_budget} tokens, {args.max_messages} messages), "
+            f"{len(ingest.refused)} adds refused as over the budget and halved, "
+            f"{ingest.undated} sessions without a readable date, "
+            f"{ingest.unstored_evidence} evidence turns not stored"
+        )
     for refusal in ingest.refused[:3]:
         print(f"  refused: {refusal}")
     calibrate = args.calibration and len(users) > 1  # another question's scope to ask in
@@ -522,6 +546,8 @@ def evaluate_all(
             f"rankings of {server.host} identical to {runs[0].host}'s: "
             f"{same} of {len(server.rankings)} questions"
         )
+    if args.reuse:
+        return sum(server.api.throttled for server in runs)
     mean_turns = (ingest.stored + ingest.duplicates) / max(1, ingest.adds)
     print(
         f"add latency per request (infer=false, {mean_turns:.1f} turns on average): "
