@@ -4,9 +4,10 @@ The statement has two or three candidate subqueries over the caller's (already s
 filtered) queryset, so all see the same project, scope and filters, and row-level security
 applies:
 
-- semantic: ORDER BY embedding <=> query LIMIT n. On a small scope the planner walks the scope's
-  btree index and sorts exactly; on a large one it uses the HNSW index with
-  hnsw.iterative_scan (set per connection in settings) so a filter cannot starve the results;
+- semantic: the n closest by embedding <=> query. A search bounded to its scopes ranks exactly:
+  one pass over the scope (SCOPE_PASS) gives every row's distance, and a large scope's keyword
+  matches with it; a wider one lets the planner walk the HNSW index, with hnsw.iterative_scan
+  (set per connection in settings) so a filter cannot starve the results;
 - keyword: the memories with a word of the query (its English stems, OR-ed) in the weighted
   tsvector, ranked by BM25 over the scope (scoring explains the formula). CTEs work out each
   query word's IDF from the scope (KEYWORD_CTES), find the matches once and score them; the
@@ -122,7 +123,8 @@ LEXEME_QUERY = r"""('''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''
 # is counted in a CTE of its own (keyword_df): a subquery in FROM was pulled up into the three
 # expressions reading it, and counted three times (3 ms of a 9-word query on a 629-memory scope;
 # 0.5 ms p50 and 1.2 ms p95 less per LoCoMo search once counted once). <sample> and <matches>
-# are the caller's queryset compiled by Django (scope, filters); every value is a parameter.
+# are the caller's queryset compiled by Django (scope, filters), <pass> the exact path's single
+# pass over it (SCOPE_PASS) or nothing; every value is a parameter.
 KEYWORD_SAMPLE = 2000
 FREQUENT_WORD = 0.25
 FREQUENT_FROM = 200
@@ -152,7 +154,7 @@ KEYWORD_CTES = f"""keyword_terms AS MATERIALIZED (
         string_agg(q::text, ' | ') FILTER (WHERE NOT frequent), string_agg(q::text, ' | ')
     )::tsquery AS matching
     FROM keyword_idf
-), keyword_matches AS MATERIALIZED (
+),<pass> keyword_matches AS MATERIALIZED (
     SELECT id, document FROM keyword_sample
     WHERE document @@ (SELECT matching FROM keyword_query) AND (SELECT n FROM keyword_scope) < %s
     UNION ALL <matches>
@@ -169,6 +171,22 @@ KEYWORD_CTES = f"""keyword_terms AS MATERIALIZED (
     ) f CROSS JOIN keyword_scope c CROSS JOIN keyword_query q
     GROUP BY f.id, q.total
 )"""  # noqa: S608 (fixed SQL text: constants; <sample> and <matches> are compiled by Django)
+# The exact path reads the scope once for both signals: each row's distance to the query and,
+# in a scope larger than the sample that matches a query word, its document (else NULL). The
+# semantic candidates are the closest of these rows, the keyword matches the ones with a
+# document. Two passes over a 21,683-memory scope (bench/scale.py's largest user) read each row
+# twice, at about 2 µs a read: 137 ms against 101 ms for one (docs/benchmarks.md). In a smaller
+# scope the keyword matches come from the sample, and the pass is the exact ranking's own scan.
+SCOPE_PASS = f"""
+scope_pass AS MATERIALIZED (
+    SELECT id, embedding <=> %s::vector AS distance,
+        CASE WHEN (SELECT n FROM keyword_scope) >= %s
+            AND search_vector @@ (SELECT matching FROM keyword_query)
+        THEN {DOCUMENT} END AS document
+    FROM memory_memory WHERE <scope>
+),"""  # noqa: S608 (fixed SQL text; <scope> is compiled by Django)
+SCOPE_MATCHES = "SELECT id, document FROM scope_pass WHERE document IS NOT NULL"
+SCOPE_CLOSEST = "SELECT id FROM scope_pass ORDER BY distance, id LIMIT %s"
 # The statement's outer query: the candidates, each joined to its keyword score (hashed once,
 # where a jsonb map of the scores cost 0.6 ms to build for a 629-memory scope), else 0.
 OUTER_FROM = (
@@ -258,7 +276,7 @@ def hybrid_search(
     # entity column is probed on the unique (memory, entity_name) index, once per candidate. The
     # names matched by meaning are found once, in a CTE the entity column reads (the query words'
     # vectors are sent once, in a CTE of their own: a dozen words' are 40 kB of text).
-    ctes, cte_params = _keyword_ctes(scope, query.keywords)
+    ctes, cte_params = _keyword_ctes(scope, query.keywords, vector_literal if exact else None)
     if similar is not None:
         similar_sql, similar_params = _similar_ctes(*similar)
         ctes, cte_params = f"{similar_sql}, {ctes}", (*similar_params, *cte_params)
@@ -346,17 +364,17 @@ def _candidate_queries(
     """The candidate subqueries over the scope (_scope_where): their SQL and, in the same order,
     their parameters."""
     where, where_params = scope
-    # "+ 0" hides the operator from the HNSW index, leaving the scope's btree index and a sort.
     # The index is on the cast to the embedding space's dimension (memory.models.embedding):
     # the index path repeats it, the query vector's own length.
     dimensions = vector_literal.count(",") + 1
-    distance = (
-        "(embedding <=> %s::vector) + 0"
-        if exact
-        else f"(embedding::vector({dimensions})) <=> %s::vector({dimensions})"
-    )
-    semantic_sql = f"SELECT id FROM memory_memory WHERE {where} ORDER BY {distance} LIMIT %s"  # noqa: S608
-    semantic_params = (*where_params, vector_literal, max(top_k, SEMANTIC_CANDIDATES))
+    distance = f"(embedding::vector({dimensions})) <=> %s::vector({dimensions})"
+    if exact:
+        # The scope's single pass (SCOPE_PASS, in the keyword CTEs) has every row's distance.
+        semantic_sql = SCOPE_CLOSEST
+        semantic_params: tuple[Any, ...] = (max(top_k, SEMANTIC_CANDIDATES),)
+    else:
+        semantic_sql = f"SELECT id FROM memory_memory WHERE {where} ORDER BY {distance} LIMIT %s"  # noqa: S608
+        semantic_params = (*where_params, vector_literal, max(top_k, SEMANTIC_CANDIDATES))
     # The best keyword matches (scored in the statement's keyword CTEs: _keyword_ctes).
     keyword_sql = (
         "SELECT k.memory_id FROM keyword_scores k ORDER BY k.bm25 DESC, k.memory_id LIMIT %s"
@@ -386,26 +404,30 @@ def _candidate_queries(
     return subqueries, params
 
 
-def _keyword_ctes(scope: tuple[str, tuple[Any, ...]], query: str) -> tuple[str, tuple[Any, ...]]:
-    """The keyword CTEs (KEYWORD_CTES) over the scope (_scope_where): their SQL and parameters."""
+def _keyword_ctes(
+    scope: tuple[str, tuple[Any, ...]], query: str, vector_literal: str | None = None
+) -> tuple[str, tuple[Any, ...]]:
+    """The keyword CTEs (KEYWORD_CTES) over the scope (_scope_where): their SQL and parameters.
+    With the query's vector (the exact path), they read the scope in a single pass
+    (SCOPE_PASS) that the semantic candidates read too; without, the keyword matches of a large
+    scope are a scan of their own."""
     where, where_params = scope
-    # Fixed SQL text (DOCUMENT, MATCHING) around the scope's compiled condition.
+    # Fixed SQL text (DOCUMENT, MATCHING, SCOPE_PASS) around the scope's compiled condition.
     sample_sql = f"SELECT id, {DOCUMENT} AS document FROM memory_memory WHERE {where} LIMIT %s"  # noqa: S608
-    matches_sql = (
-        f"SELECT id, {DOCUMENT} AS document FROM memory_memory "  # noqa: S608
-        f"WHERE {where} AND {MATCHING}"
-    )
-    sql = KEYWORD_CTES.replace("<sample>", sample_sql).replace("<matches>", matches_sql)
-    params = (
-        query,
-        *where_params,
-        KEYWORD_SAMPLE,
-        FREQUENT_FROM,
-        KEYWORD_SAMPLE,
-        *where_params,
-        KEYWORD_SAMPLE,
-    )
-    return sql, params
+    head = (query, *where_params, KEYWORD_SAMPLE, FREQUENT_FROM)
+    if vector_literal is None:
+        matches_sql = (
+            f"SELECT id, {DOCUMENT} AS document FROM memory_memory "  # noqa: S608
+            f"WHERE {where} AND {MATCHING}"
+        )
+        sql = KEYWORD_CTES.replace("<pass>", "")
+        tail: tuple[Any, ...] = (KEYWORD_SAMPLE, *where_params, KEYWORD_SAMPLE)
+    else:
+        matches_sql = SCOPE_MATCHES
+        sql = KEYWORD_CTES.replace("<pass>", SCOPE_PASS.replace("<scope>", where))
+        tail = (vector_literal, KEYWORD_SAMPLE, *where_params, KEYWORD_SAMPLE)
+    sql = sql.replace("<sample>", sample_sql).replace("<matches>", matches_sql)
+    return sql, (*head, *tail)
 
 
 def _similar_names(

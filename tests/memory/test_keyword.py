@@ -152,16 +152,23 @@ class LargeScopeTestCase(BaseTestCase):
             )
 
     def matched(self, query: str) -> set[str]:
+        """The keyword matches, the same through the index path's scan of the scope and the
+        exact path's single pass (search.SCOPE_PASS)."""
+        found = []
         with project_context(self.project.pk):
-            scope = scope_memories(self.project.pk, scope_of("dana")).active()
-            ctes, params = search._keyword_ctes(search._scope_where(scope), query)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"WITH {ctes} SELECT m.text FROM keyword_matches k "  # noqa: S608
-                    "JOIN memory_memory m ON m.id = k.id",
-                    params,
-                )
-                return {text for (text,) in cursor.fetchall()}
+            scope = search._scope_where(scope_memories(self.project.pk, scope_of("dana")).active())
+            for vector in (None, analyse(query).vector):
+                ctes, params = search._keyword_ctes(scope, query, vector)
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        f"WITH {ctes} SELECT m.text FROM keyword_matches k "  # noqa: S608
+                        "JOIN memory_memory m ON m.id = k.id",
+                        params,
+                    )
+                    found.append({text for (text,) in cursor.fetchall()})
+        scan, single_pass = found
+        assert scan == single_pass
+        return single_pass
 
     def test_a_small_scope_is_matched_on_every_word(self) -> None:
         assert len(self.matched("Caroline pottery")) == 5

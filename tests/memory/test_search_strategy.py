@@ -22,8 +22,13 @@ from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
 
 PROJECT = uuid.uuid4()
-# The semantic candidates' order, as the statement has it (the query vector interpolated).
-EXACT = re.compile(r"ORDER BY \(embedding <=> '[^']+'::vector\) \+ 0 LIMIT")
+# The exact path: the scope's single pass has each row's distance (the query vector
+# interpolated), and the semantic candidates are the closest rows of it.
+EXACT = re.compile(
+    r"SELECT id, embedding <=> '[^']+'::vector AS distance,.*"
+    r"SELECT id FROM scope_pass ORDER BY distance, id LIMIT",
+    re.DOTALL,
+)
 # The index is on the cast to the embedding space's dimension (memory.models.embedding).
 INDEXED = re.compile(r"ORDER BY \(embedding::vector\(384\)\) <=> '[^']+'::vector\(384\) LIMIT")
 
@@ -63,8 +68,8 @@ def test_the_dashboards_selections_are_bounded_by_their_scope() -> None:
 
 
 class SearchStatementTestCase(BaseTestCase):
-    """Through the API: the exact scan hides the distance from the index ("(embedding <=> …) +
-    0"), the index path orders by the bare operator."""
+    """Through the API: the exact path ranks the scope's single pass by distance, the index
+    path orders the table by the bare operator."""
 
     def setUp(self) -> None:
         super().setUp()
