@@ -364,15 +364,15 @@ def _candidate_queries(
     """The candidate subqueries over the scope (_scope_where): their SQL and, in the same order,
     their parameters."""
     where, where_params = scope
-    # The index is on the cast to the embedding space's dimension (memory.models.embedding):
-    # the index path repeats it, the query vector's own length.
-    dimensions = vector_literal.count(",") + 1
-    distance = f"(embedding::vector({dimensions})) <=> %s::vector({dimensions})"
     if exact:
         # The scope's single pass (SCOPE_PASS, in the keyword CTEs) has every row's distance.
         semantic_sql = SCOPE_CLOSEST
         semantic_params: tuple[Any, ...] = (max(top_k, SEMANTIC_CANDIDATES),)
     else:
+        # The index is on the cast to the embedding space's dimension (memory.models.embedding):
+        # the index path repeats it, the query vector's own length.
+        dimensions = vector_literal.count(",") + 1
+        distance = f"(embedding::vector({dimensions})) <=> %s::vector({dimensions})"
         semantic_sql = f"SELECT id FROM memory_memory WHERE {where} ORDER BY {distance} LIMIT %s"  # noqa: S608
         semantic_params = (*where_params, vector_literal, max(top_k, SEMANTIC_CANDIDATES))
     # The best keyword matches (scored in the statement's keyword CTEs: _keyword_ctes).
@@ -383,7 +383,7 @@ def _candidate_queries(
     subqueries, params = [semantic_sql, keyword_sql], (*semantic_params, *keyword_params)
     if window is not None:
         # The scope's memories of the window, closest first (exact: the scope's created_at
-        # index narrows them to the window first).
+        # index narrows them to the window first; "+ 0" hides the distance from the HNSW index).
         window_sql = (
             f"SELECT id FROM memory_memory WHERE {where} AND id IN ("  # noqa: S608
             f"SELECT id FROM memory_memory WHERE {where} "
