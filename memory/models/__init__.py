@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.contrib.postgres.fields import ArrayField
-from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models.expressions import RawSQL
@@ -176,12 +175,9 @@ class Memory(Scoped):
     class Meta:
         indexes: ClassVar = [
             # memory_embedding_hnsw, partial on active rows (search never looks at superseded or
-            # deleted memories), is on (embedding::vector(N)): memory.actions.reembed.
-            GinIndex(
-                name="memory_search_gin",
-                fields=["search_vector"],
-                condition=models.Q(state="active"),
-            ),
+            # deleted memories), is on (embedding::vector(N)): memory.actions.reembed. The
+            # keyword documents have no index: under row-level security the planner cannot use
+            # one for `@@`, which is not leakproof (migration 0029).
             models.Index(
                 name="memory_user_scope",
                 fields=["project", "user_id", "created_at"],

@@ -216,3 +216,26 @@ class LargeScopeTestCase(BaseTestCase):
         assert [t for t, v in signals.items() if v == 0] == [
             t for t in signals if t not in ("Caroline pottery", "Caroline lake")
         ]
+
+
+class KeywordIndexTestCase(BaseTestCase):
+    """The keyword documents have no index (memory migration 0029): every application query is
+    under row-level security, and PostgreSQL uses a condition as an index condition ahead of a
+    policy only when its function is leakproof, which `@@` is not."""
+
+    def test_the_match_operator_is_not_leakproof(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT DISTINCT p.proleakproof FROM pg_operator o "
+                "JOIN pg_proc p ON p.oid = o.oprcode "
+                "WHERE o.oprname = '@@' AND o.oprleft = 'tsvector'::regtype"
+            )
+            assert cursor.fetchall() == [(False,)]
+
+    def test_no_index_covers_the_keyword_documents(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT indexname FROM pg_indexes "
+                "WHERE tablename = 'memory_memory' AND indexdef LIKE '%%search_vector%%'"
+            )
+            assert cursor.fetchall() == []
