@@ -27,19 +27,22 @@ SEARCH_RELATIONS = 20
 # Memories read to find which of a query's names the scope's own user or agent goes by.
 OWN_NAME_MEMORIES = 50
 # The active memories that may say what their first person is called (a superset of what
-# recognise.own_names reads): the condition of the partial index memory_own_names (memory
-# migration 0022), character for character, so the planner reads that index.
+# recognise.own_names reads): the condition of the partial index memory_own_names_v2 (memory
+# migration 0030), character for character, so the planner reads that index.
 OWN_NAME_PREDICATE = (
     "state = 'active' AND ("
     r"text ~* '\m(my|user''s)\s+((first|full|given)\s+)?name(\s+is|''s|\u2019s)\M"
     r"|^\s*name\s+is\M|\mcalls?\s+me\M|\m(i|user)\s+go(es)?\s+by\M"
-    r"|\m(i''m|i\u2019m|i\s+am|user\s+is)\s+(called|named)\M'"
+    r"|\m(i''m|i\u2019m|i\s+am|user\s+is)\s+(called|named)\M"
+    r"|\mis\s+my\s+((first|full|given)\s+)?name\M'"
     r" OR text ~ '\m[Ii](''|\u2019)m\s+[[:upper:]]|\m[Ii]\s+am\s+[[:upper:]]')"
 )
 OWN_NAMES_SQL = f"""
-SELECT e.entity_name, m.text FROM memory_memory m
-JOIN memory_memoryentity e ON e.memory_id = m.id AND e.entity_name = ANY(%(names)s::text[])
+SELECT m.text FROM memory_memory m
 WHERE m.project_id = %(project)s AND {{scope}} AND {OWN_NAME_PREDICATE}
+AND EXISTS (
+    SELECT FROM unnest(%(names)s::text[]) AS n(name) WHERE strpos(lower(m.text), n.name) > 0
+)
 LIMIT {OWN_NAME_MEMORIES}
 """  # noqa: S608 (constants; every value is a parameter)
 
@@ -47,9 +50,10 @@ LIMIT {OWN_NAME_MEMORIES}
 def own_names(project_id: uuid.UUID, scope: dict[str, str], names: Sequence[str]) -> frozenset[str]:
     """Which of `names` (normalised) the scope's own user or agent goes by: its id (`scope`
     holds a user_id or, for an agent's own memories, an agent_id), or a name one of its active
-    memories linked to that name says it is called ("My name is Dana.", "User goes by Dee":
-    recognise.own_names). The memories are read by the partial index of those that may say so
-    (OWN_NAME_PREDICATE), then their links to the names."""
+    memories that has the name in its text says it is called ("My name is Dana.", "User goes
+    by Dee", "My name is Tan Mei Ling." for "mei ling": recognise.own_names). The memories are
+    read by the partial index of those that may say so (OWN_NAME_PREDICATE), not by their links
+    to entities: "My name is Ahmet Yilmaz." is linked to the full name only."""
     user, agent = scope.get("user_id"), scope.get("agent_id")
     mine = user or agent
     if not mine or not names:
@@ -63,7 +67,8 @@ def own_names(project_id: uuid.UUID, scope: dict[str, str], names: Sequence[str]
         cursor.execute(
             OWN_NAMES_SQL.format(scope=where), {"names": rest, "project": project_id, "id": mine}
         )
-        own.update(name for name, text in cursor.fetchall() if name in recognise.own_names(text))
+        said = {name for (text,) in cursor.fetchall() for name in recognise.own_names(text)}
+    own.update(name for name in rest if name in said)
     return frozenset(own)
 
 

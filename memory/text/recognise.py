@@ -135,6 +135,11 @@ _OWN_NAME = re.compile(
 )
 _NAME_RUN = r"[^\W\d_][\w'\u2019-]*(?:[ \t]+[^\W\d_][\w'\u2019-]*){0,2}"
 _NAME_WORDS = re.compile(_NAME_RUN)
+# The name before the form: "Ingrid Halvorsen is my name."
+_NAME_FIRST = re.compile(
+    r"(?P<name>" + _NAME_RUN + r")\s+is\s+my\s+(?:(?:first|full|given)\s+)?name\b",
+    re.IGNORECASE,
+)
 # An introduction: "I'm Dana." "Hi, I am Mary Jane, ..." "I'm Theo and ...": capitalised words
 # after "I'm" that end the clause. (A capitalised word that is not a name, "I'm British.", is
 # read as one too: the price of reading the most common way people give their name.)
@@ -147,22 +152,37 @@ _INTRODUCTION = re.compile(
 
 def own_names(text: str) -> list[str]:
     """Normalised names the text says its first person (or its user) goes by: "My name is Mary
-    Jane Watson." gives "mary jane watson", "mary jane" and "mary" (a first name alone names the
-    same person). A name is a run of up to three capitalised words after one of the forms above."""
+    Jane Watson." gives "mary jane watson", "mary jane", "mary" and "jane watson" (a first name
+    alone names the same person, and so do the last two words of three: "Tan Mei Ling" is also
+    "mei ling"; a surname alone does not, a relative shares it). A name is a run of up to three
+    capitalised words after one of the forms above, or before "is my name". A word that is
+    usually a stop word ("Hope", "Will") is a name when it begins a run of two or more."""
     text = text[:MAX_TEXT]
     runs: list[list[str]] = []
     for match in _OWN_NAME.finditer(text):
         following = _NAME_WORDS.match(text, match.end())
         words = following.group().split() if following else []
         runs.append(list(itertools.takewhile(lambda w: w[:1].isupper(), words)))
+    runs += [_trailing_name(match.group("name").split()) for match in _NAME_FIRST.finditer(text)]
     for match in _INTRODUCTION.finditer(text):
         words = match.group("name").split()
         runs.append(words if all(w[:1].isupper() for w in words) else [])
     found = []
     for run in runs:
         words = [_POSSESSIVE.sub("", w) for w in run]
-        found += [normalise(" ".join(words[:n])) for n in range(len(words), 0, -1)]
-    return [n for n in dict.fromkeys(found) if n not in STOP_WORDS]
+        names = [normalise(" ".join(words[:n])) for n in range(len(words), 0, -1)]
+        names += [normalise(" ".join(words[-2:]))] if len(words) == 3 else []
+        found += [n for n in names if len(words) > 1 or n not in STOP_WORDS]
+    return list(dict.fromkeys(found))
+
+
+def _trailing_name(words: list[str]) -> list[str]:
+    """The capitalised words that end `words`, less the stop words that begin them ("So Ingrid
+    Halvorsen" is "Ingrid Halvorsen")."""
+    start = len(words)
+    while start and words[start - 1][:1].isupper():
+        start -= 1
+    return list(itertools.dropwhile(lambda w: normalise(w) in STOP_WORDS, words[start:]))
 
 
 def recognise(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]:
@@ -198,17 +218,24 @@ def recognise(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]:
 
 def query_names(text: str, known_words: int = 3) -> list[str]:
     """Normalised names a search query may mean: what recognise() finds, and every run of up to
-    `known_words` words that is not a stop word, so the database can match the scope's own
-    (possibly lower-case) entity names against them. At most 4 * MAX_ENTITIES."""
+    `known_words` words that neither begins nor ends with a stop word (one capitalised after the
+    first word, "Where does Hope live?", counts as a name), so the database can match the
+    scope's own (possibly lower-case) entity names against them. At most 4 * MAX_ENTITIES."""
     names = [normalise(name) for name, _ in recognise(text)]
-    words = [_POSSESSIVE.sub("", w) for w in _KNOWN_TOKEN.findall(text[:MAX_TEXT].lower())]
+    tokens = _KNOWN_TOKEN.findall(text[:MAX_TEXT])
+    words = [_POSSESSIVE.sub("", t.lower()) for t in tokens]
+    # A stop word capitalised after the first word is a name: "Where does Hope live?"
+    named = {i for i, t in enumerate(tokens) if i and t[:1].isupper() and not t.isupper()}
+
+    def stop(i: int) -> bool:
+        return words[i] in STOP_WORDS and i not in named
+
     for size in range(1, known_words + 1):
         for i in range(len(words) - size + 1):
-            gram = words[i : i + size]
-            first, last = gram[0], gram[-1]
-            if first in STOP_WORDS or last in STOP_WORDS or len(first) < 2 or first.isdigit():
+            first = words[i]
+            if stop(i) or stop(i + size - 1) or len(first) < 2 or first.isdigit():
                 continue
-            names.append(" ".join(gram))
+            names.append(" ".join(words[i : i + size]))
     return list(dict.fromkeys(n[:MAX_NAME] for n in names if n))[: 4 * MAX_ENTITIES]
 
 

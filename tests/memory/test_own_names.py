@@ -37,7 +37,18 @@ DANA = [
 NAMING = [
     ("My name is Dana.", ["dana"]),
     ("my name's Søren, with the slashed o", ["søren"]),
-    ("My name is Mary Jane Watson, hi", ["mary jane watson", "mary jane", "mary"]),
+    ("My name is Mary Jane Watson, hi", ["mary jane watson", "mary jane", "mary", "jane watson"]),
+    # A full name: the first name alone too, and a given name after a family name; not a
+    # surname alone (a relative shares it).
+    ("My name is Ahmet Yilmaz.", ["ahmet yilmaz", "ahmet"]),
+    (
+        "My name is Tan Mei Ling, and Tan is my surname.",
+        ["tan mei ling", "tan mei", "tan", "mei ling"],
+    ),
+    # The name first; a word that is usually a stop word, as the first of two.
+    ("Ingrid Halvorsen is my name.", ["ingrid halvorsen", "ingrid"]),
+    ("So Ingrid is my first name", ["ingrid"]),
+    ("I'm Hope Pritchard, Hope just like the word.", ["hope pritchard", "hope"]),
     ("Everyone calls me Mary Jane, never just Mary.", ["mary jane", "mary"]),
     ("I go by Bart at work", ["bart"]),
     ("I'm Oluwaseun, but my friends just say Seun.", ["oluwaseun"]),
@@ -53,6 +64,8 @@ NAMING = [
     ("I'm a nurse.", []),
     ("I'm from Berlin.", []),
     ("I'm going to Paris.", []),
+    ("This is my name.", []),
+    ("I'm Hope.", []),  # one stop word alone is not read as a name
 ]
 
 
@@ -111,6 +124,29 @@ class OwnNamesTestCase(BaseTestCase):
         for query, fact in expected.items():
             assert self.first(query) == fact, query
 
+    def test_a_full_name_and_a_name_given_first_are_the_users_too(self) -> None:
+        project = self.alice.key.project
+        people = {
+            "ahmet": ["My name is Ahmet Yilmaz.", "I design bridges for an engineering firm."],
+            "meiling": ["My name is Tan Mei Ling.", "I run a pharmacy on Penang Road."],
+            "ingrid": ["Ingrid Halvorsen is my name.", "I'm chief engineer on a coastal ferry."],
+            "hope": ["I'm Hope Pritchard.", "I taught biology at a secondary school."],
+        }
+        with project_context(project.pk):
+            added = [
+                m for user, texts in people.items() for m in add_texts(project, texts, user_id=user)
+            ]
+        graph.link_mentions(project.pk, [m.pk for m in added])
+        for user, question in [
+            ("ahmet", "What does Ahmet do for work?"),
+            ("meiling", "What does Mei Ling do for work?"),
+            ("ingrid", "What does Ingrid do for work?"),
+            ("hope", "What did Hope do for work?"),
+        ]:
+            assert self.first(question, user) == people[user][1], question
+            query = self.analysed(user, question)
+            assert query.own_names and "work" in query.keywords, question
+
     def test_a_question_about_the_name_still_finds_it(self) -> None:
         assert self.first("What is Dana's name?") == DANA[0]
 
@@ -160,7 +196,7 @@ class OwnNamesTestCase(BaseTestCase):
             )
 
     def test_the_partial_index_holds_every_naming_memory(self) -> None:
-        migration = importlib.import_module("memory.migrations.0022_own_name_index")
+        migration = importlib.import_module("memory.migrations.0030_own_name_index_name_first")
         assert migration.PREDICATE == OWN_NAME_PREDICATE  # else the planner ignores the index
         naming = [text for text, names in NAMING if names]
         sql = f"SELECT {OWN_NAME_PREDICATE} FROM (SELECT %s::text AS text, 'active' AS state) m"  # noqa: S608
