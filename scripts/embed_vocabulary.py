@@ -1,6 +1,8 @@
 """Embed the tokenizer's whole words once, beside the model: search matches a query's words
 against the scope's entity names by meaning (memory.retrieval.search), and a word found here
-costs a lookup instead of a model run (about 1 ms a word on these machines).
+costs a lookup instead of a model run (about 1 ms a word on these machines). And the reference
+facts a query is compared with (memory.text.reference: MODEL_DIR/reference-<digest>.npy, about
+1 s), so that no process embeds them on its first search.
 
 Writes MODEL_DIR/words.txt (one word a line) and MODEL_DIR/words.npy (their float32 vectors, in
 the same order; the server maps it read-only, so its pages are shared by every process). The
@@ -26,7 +28,8 @@ from django.conf import settings
 
 settings.configure()  # nothing of the project's settings is needed, nor its secrets
 
-from memory.text.embeddings import (  # noqa: E402 - after settings.configure()
+from memory.text import reference  # noqa: E402 - after settings.configure()
+from memory.text.embeddings import (  # noqa: E402
     VOCABULARY_VECTORS,
     VOCABULARY_WORDS,
     OnnxMiniLM,
@@ -39,6 +42,9 @@ def main() -> None:
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     model_dir = Path(sys.argv[1])
+    if not reference.vectors_file(model_dir).is_file():
+        print(f"embed-vocabulary: embedding the reference facts into {model_dir} (one-time)")
+        reference.write_vectors(OnnxMiniLM(model_dir, threads=os.cpu_count() or 1))
     words_file, vectors_file = model_dir / VOCABULARY_WORDS, model_dir / VOCABULARY_VECTORS
     if words_file.is_file() and vectors_file.is_file():
         count = len(words_file.read_text().splitlines())

@@ -69,14 +69,20 @@ class ScoreBreakdownSerializer(Closed):
         help_text="The query's, the same for every result: how far the scope's closest memory "
         "in meaning stands out from the next 29 (its cosine less their mean)."
     )
+    answer_gap = serializers.FloatField(
+        help_text="The query's, the same for every result, <= 0: how far the scope's closest "
+        "memory in meaning falls short of the closest of engram's reference facts (everyday "
+        "facts about no one), beyond 0.3. Below 0, the question is likely about something the "
+        "scope never mentions, and every score is lowered."
+    )
 
 
 class ScoredMemorySerializer(MemorySerializer):
     score = serializers.FloatField(
         help_text="In [0, 1], calibrated on data, the same across queries and scopes: a logistic "
-        "of the relevance and the query's distinctiveness. `threshold` cuts on it (default 0.5: "
-        "nothing is returned when nothing stored is about the query). How search works: "
-        "docs/search.md."
+        "of the relevance, the query's distinctiveness and its answer gap. `threshold` cuts on "
+        "it (default 0.5: nothing is returned when nothing stored is about the query). How "
+        "search works: docs/search.md."
     )
     score_breakdown = ScoreBreakdownSerializer()
 

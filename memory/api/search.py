@@ -56,6 +56,7 @@ def search(request: Request, *, envelope: bool) -> Response:
                 "entity": round(hit.score.entity, 6),
                 "relevance": round(hit.score.relevance, 6),
                 "distinctiveness": round(hit.score.distinctiveness, 6),
+                "answer_gap": round(hit.score.answer_gap, 6),
             },
         }
         for hit in found.hits

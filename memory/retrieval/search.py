@@ -323,6 +323,7 @@ def hybrid_search(
         entity_weight=ENTITY_WEIGHT,
         # What the candidates are linked to beyond the query's own names was matched by meaning.
         similar_names=frozenset(n for row in rows for n in row[-1]).difference(names),
+        typical=query.typical,
     )
     # The threshold cuts on the score the caller sees (scoring: the fused relevance).
     relevant = [

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from memory.text.embeddings import embed_query, embed_words, vocabulary_words
 from memory.text.recognise import query_names, query_words
+from memory.text.reference import typical_match
 from memory.text.temporal import Window, time_window
 
 # Query words' vectors kept per process (their text form, about 3.5 kB each): the local model's
@@ -52,6 +53,9 @@ class Query:
     keywords: str
     # The scope's own names the analysis read as its subject; None: not looked for yet.
     own_names: frozenset[str] | None = None
+    # The query's closest cosine among the reference facts (memory.text.reference): how close
+    # a direct answer comes. None: not known (the score goes without the answer gap).
+    typical: float | None = None
 
 
 def analyse(
@@ -87,9 +91,11 @@ def _analysed(
     own = frozenset(own_names) if own_names is not None else None
     neutral, keywords = neutralise(text, own or (), subject)
     names = tuple(n for n in query_names(neutral) if n not in (own or ()))
+    vector = embedding if embedding is not None else embed_query(neutral)
     return Query(
         text=text,
-        vector=literal(embedding if embedding is not None else embed_query(neutral)),
+        vector=literal(vector),
+        typical=typical_match(vector),
         names=names,
         word_vectors=_word_vectors_of(neutral) if names else None,
         window=window,

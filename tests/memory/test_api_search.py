@@ -69,6 +69,7 @@ class SearchTestCase(BaseTestCase):
                 "entity",
                 "relevance",
                 "distinctiveness",
+                "answer_gap",
             }
         assert results[0]["score_breakdown"]["bm25"] > 0  # "coffee" is a keyword hit
 
@@ -131,7 +132,7 @@ class SearchTestCase(BaseTestCase):
         # restored: 6, not in production.
         assert len(statements) == 6, statements
         assert statements[1] == statements[-1] == "SELECT set_config('engram.project_id', '"
-        assert statements[2].startswith("\nSELECT e.entity_name") and statements[3].startswith(
+        assert statements[2].startswith("\nSELECT m.text FROM") and statements[3].startswith(
             "WITH "
         )
         assert statements[1] == statements[-1] == "SELECT set_config('engram.project_id', '"

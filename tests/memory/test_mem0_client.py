@@ -54,6 +54,7 @@ def test_it_serves_the_official_client_end_to_end(client: Any) -> None:
         "entity",
         "relevance",
         "distinctiveness",
+        "answer_gap",
     }
 
     page = client.get_all(filters={"user_id": "alice"}, page=1, page_size=2)

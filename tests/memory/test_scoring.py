@@ -9,8 +9,11 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest import approx
 
 from memory.retrieval.scoring import (
+    ANSWER_GAP_WEIGHT,
+    ANSWER_MARGIN,
     BACKGROUND,
     DISTINCTIVE_POOL,
     DISTINCTIVE_WEIGHT,
@@ -20,6 +23,7 @@ from memory.retrieval.scoring import (
     SCORE_MIDPOINT,
     SEMANTIC_WEIGHT,
     Signals,
+    answer_gap,
     bounded_keyword,
     calibrated,
     distinctiveness,
@@ -30,6 +34,7 @@ from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth
 from tests.memory.test_api_search import FACTS
+from tests.memory.test_own_names import DANA
 
 
 def test_bounded_keyword_maps_a_rank_into_zero_one() -> None:
@@ -145,3 +150,53 @@ class ComparableScoresTestCase(BaseTestCase):
             for q in ("quarterly tax filing deadlines", "the boiling point of liquid nitrogen")
         ]
         assert min(related) >= DEFAULT_THRESHOLD > max(unrelated), (related, unrelated)
+
+
+def test_the_answer_gap_is_how_far_the_closest_falls_short_of_a_direct_answer() -> None:
+    # No reference (a hosted model that failed): no gap.
+    assert answer_gap([0.5, 0.2], None) == 0.0
+    # Within the margin of the closest reference fact: no gap; beyond it, the shortfall.
+    assert answer_gap([0.5, 0.2], 0.7) == 0.0
+    assert answer_gap([0.3, -0.2], 0.8) == approx(0.3 - 0.8 + ANSWER_MARGIN)
+    assert answer_gap([], 0.8) == approx(-0.8 + ANSWER_MARGIN)
+    # The gap lowers every score alike: the order stays the relevance's.
+    candidates = [Signals(0.3, 0.4), Signals(0.25, 0.0), Signals(0.1, 0.2)]
+    plain, gapped = fuse(candidates), fuse(candidates, typical=0.9)
+    assert [s.answer_gap for s in gapped] == approx([0.3 - 0.9 + ANSWER_MARGIN] * 3)
+    assert [s.relevance for s in plain] == [s.relevance for s in gapped]
+    assert all(g.score < p.score for p, g in zip(plain, gapped, strict=True))
+    assert gapped[0].score == calibrated(
+        gapped[0].relevance, gapped[0].distinctiveness, gapped[0].answer_gap
+    )
+    assert calibrated(0.3, 0.1, -0.1) == calibrated(0.3 - ANSWER_GAP_WEIGHT * 0.1, 0.1)
+
+
+class AnswerGapTestCase(BaseTestCase):
+    """Through the API with the real embedder and the reference facts: a question about
+    something the scope never mentions comes back empty because of its answer gap, while the
+    questions it answers keep their answers."""
+
+    def search(self, query: str, **extra: Any) -> list[dict[str, Any]]:
+        body = {"query": query, "filters": {"user_id": "dana"}, **extra}
+        response = self.call("post", "/v3/memories/search/", body)
+        assert response.status_code == 200, response.content
+        return list(response.json()["results"])
+
+    def test_a_question_about_what_the_scope_never_mentions_returns_nothing(self) -> None:
+        with project_context(self.alice.key.project_id):
+            add_texts(self.alice.key.project, DANA, user_id="dana")
+        # "play" matches the cello: without the gap, the default threshold returned it.
+        assert self.search("Does Dana play chess?") == []
+        best = self.search("Does Dana play chess?", threshold=0)[0]
+        breakdown = best["score_breakdown"]
+        assert breakdown["answer_gap"] < 0
+        without = calibrated(breakdown["relevance"], breakdown["distinctiveness"])
+        assert without >= DEFAULT_THRESHOLD > best["score"]
+        for question, fact in [
+            ("What instrument does Dana play?", DANA[2]),
+            ("Where does Dana live?", DANA[1]),
+            ("Is Dana allergic to anything?", DANA[6]),
+        ]:
+            found = self.search(question)
+            assert found and found[0]["memory"] == fact, question
+            assert found[0]["score_breakdown"]["answer_gap"] == 0, question
