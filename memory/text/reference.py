@@ -1,7 +1,7 @@
 """How well a direct answer to a search query would match it: the query's closest cosine among
 REFERENCE_FACTS, 600 everyday first-person facts about no one in particular ("I'm vegetarian
 since my teens.", "My brother is a firefighter.", "I have a full UK driving licence."), written
-for engram across some ninety areas of a life (docs/search.md, "The answer gap").
+for engram across some ninety areas of a life (docs/search.md, "The score").
 
 A question whose answer a scope holds finds a memory about as close as the closest of these;
 one about something the scope never mentions ("What is Dana's blood type?" among Dana's home,
