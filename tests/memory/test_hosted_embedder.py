@@ -126,3 +126,32 @@ def test_no_transaction_is_open_while_the_hosted_embedder_is_called(
     assert all(not atomic and not open_ for _, atomic, open_ in embedder.calls), embedder.calls
     with project_context(key.key.project_id):
         assert Memory.objects.filter(text="I like oolong").exists()
+
+
+def test_a_hosted_model_embeds_the_reference_facts_once_and_a_failure_is_retried_later(
+    fake_embeddings: FakeEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memory.text.reference with a hosted model: the 600 facts in one request on the first
+    search, not again; while the service fails, no answer gap (None) and no request per search
+    until RETRY_SECONDS have passed."""
+    from memory.text import embeddings, reference
+
+    fake_embeddings.dimensions = 384
+    hosted = OpenAICompatibleEmbedder(fake_embeddings.url, "m", None, 384)
+    monkeypatch.setattr(embeddings, "_active", (embeddings.configured_space(), hosted))
+    monkeypatch.setattr(reference, "_vectors", None)
+    fact = reference.facts()[0]
+    assert reference.typical_match(fake_embeddings.vector(fact)) == pytest.approx(1.0)
+    unrelated = reference.typical_match(fake_embeddings.vector("no such thing"))
+    assert unrelated is not None and unrelated < 1.0
+    assert [len(r["input"]) for r in fake_embeddings.requests] == [len(reference.facts())]
+
+    fake_embeddings.fail_after = len(fake_embeddings.requests)
+    monkeypatch.setattr(reference, "_vectors", None)
+    assert reference.typical_match(fake_embeddings.vector(fact)) is None
+    assert reference.typical_match(fake_embeddings.vector(fact)) is None
+    assert len(fake_embeddings.requests) == 2  # the failure is not retried at once
+    monkeypatch.setattr(reference, "RETRY_SECONDS", 0.0)
+    fake_embeddings.fail_after = None
+    assert reference.typical_match(fake_embeddings.vector(fact)) == pytest.approx(1.0)
+    assert len(fake_embeddings.requests) == 3
