@@ -7,9 +7,11 @@ a memory's own words fully and its neighbouring messages' words at TERM_WEIGHTS;
 comes from how many of the scope's memories have it, so the speaker's name on every turn counts
 little and a rare word a lot. Neither signal is stretched over the candidate set: the semantic
 signal is the cosine itself (clamped at 0), the keyword signal is bounded as
-score / (score + KEYWORD_HALF). They are combined as a weighted mean with fixed
-weights. Candidates from the same conversation as a strong hit get a share of its score ("event
-prior"): the turns around a relevant turn are often relevant too. That is a memory's relevance.
+score / (score + KEYWORD_HALF) and counts fully only in a memory at least KEYWORD_CONFIRM close to
+the query in meaning (a long memory less), in proportion below (confirmed()). They are combined
+as a weighted mean with fixed weights. Candidates from the same conversation as a strong hit get
+a share of its score ("event prior"): the turns around a relevant turn are often relevant too.
+That is a memory's relevance.
 
 The score a caller sees, and the one `threshold` cuts on, calibrates it (calibrated()): a
 logistic of the relevance plus the query's distinctiveness in the scope, how far the scope's
@@ -68,6 +70,18 @@ OUT_OF_WINDOW = 0.75
 # The keyword score that bounds to 0.5: a memory with the query's every word once in its own text
 # scores about 1 (BM25_K1 + 1 at most), one with its rarer half about 0.5.
 KEYWORD_HALF = 1.0
+# A keyword match counts fully in a memory at least KEYWORD_CONFIRM close to the query in meaning
+# (cosine), in proportion below: a word shared by chance is not confirmed by the meaning. "How old
+# is Ahmet?" shares "old" with "I drive an old Fiat." (cosine 0.10), not with "I turned 45 last
+# March." (0.36); "Where does Dana live?" shares "live" with her sister's city. A word the query is
+# about is: a rare name or code alone as the query has cosine 0.4-0.55 with a short memory holding
+# it. A memory longer than CONFIRM_WORDS words says other things too, which lowers its cosine with
+# any one question: its bar is lowered in proportion (a fact in passing in a long message, "by the
+# way, I met Emma ...", keeps its keyword). Chosen on the benchmark sets (docs/benchmarks.md:
+# 0.25-0.4 and 12-30 words rank alike on LoCoMo and LongMemEval; without the length, LongMemEval's
+# long turns lose evidence).
+KEYWORD_CONFIRM = 0.3
+CONFIRM_WORDS = 20
 # BM25's term-frequency saturation and length normalisation (the usual values; LoCoMo recall@10
 # moved by under 0.003 over k1 0.9-1.5, b 0.5-0.75). The length of a memory is its number of
 # distinct words (with its neighbours'), against the scope's mean.
@@ -84,7 +98,7 @@ SIMILAR_NAME_WEIGHT = 0.3
 # DISTINCTIVE_POOL best cosines (see above).
 SCORE_STEEPNESS = 10.0
 DISTINCTIVE_WEIGHT = 0.83
-SCORE_MIDPOINT = 0.175
+SCORE_MIDPOINT = 0.165
 DISTINCTIVE_POOL = 30
 # The cosine a question typically has with the memories of a scope that are not about it (the
 # bundled MiniLM: the median on bench/assistant.py's scopes is 0.07); a scope with fewer than
@@ -108,6 +122,7 @@ class Signals:
     entities: tuple[str, ...] = ()  # the query's entity names the memory is linked to
     # Whether the memory's event time is in the time window the query names; None: no window.
     in_window: bool | None = None
+    words: int = 0  # the memory's own text's length in words (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -155,6 +170,14 @@ def bounded_keyword(rank: float) -> float:
     return rank / (rank + KEYWORD_HALF) if rank > 0 else 0.0
 
 
+def confirmed(keyword: float, semantic: float, words: int = 0) -> float:
+    """The bounded keyword signal as it counts, in a memory of `words` words (0: unknown, counted
+    as short): in full at a cosine of KEYWORD_CONFIRM or more (less for a long memory), in
+    proportion below (0 for a memory unrelated in meaning)."""
+    bar = KEYWORD_CONFIRM * min(1.0, CONFIRM_WORDS / max(1, words))
+    return keyword * min(1.0, max(0.0, semantic) / bar)
+
+
 def entity_strengths(
     candidates: Sequence[Signals], similar: AbstractSet[str] = frozenset()
 ) -> list[float]:
@@ -188,7 +211,10 @@ def fuse(
     if not candidates:
         return []
     semantic = [max(0.0, c.semantic) for c in candidates]
-    keyword = [bounded_keyword(c.keyword) for c in candidates]
+    keyword = [
+        confirmed(bounded_keyword(c.keyword), s, c.words)
+        for c, s in zip(candidates, semantic, strict=True)
+    ]
     entity = (
         entity_strengths(candidates, similar_names)
         if entity_weight > 0

@@ -226,6 +226,7 @@ TEXT_TIMESTAMPS = ("created_at", "updated_at")
 COLUMNS = ", ".join(f"{n}::text" if n in TEXT_TIMESTAMPS else n for n in FIELD_NAMES)
 EVENT_COLUMN = FIELD_NAMES.index("source_event_id")
 CONVERSATION_COLUMN = FIELD_NAMES.index("conversation_id")
+TEXT_COLUMN = FIELD_NAMES.index("text")
 JSON_FIELDS = ("metadata", "structured_attributes")
 
 
@@ -317,6 +318,7 @@ def hybrid_search(
                 row[CONVERSATION_COLUMN] or row[EVENT_COLUMN],
                 tuple(row[-1]),
                 in_window=row[-4],
+                words=len(row[TEXT_COLUMN].split()),
             )
             for row in rows
         ],

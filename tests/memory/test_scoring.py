@@ -6,6 +6,7 @@ and, through the API with the real embedder, what the default threshold keeps an
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,9 +16,11 @@ from memory.retrieval.scoring import (
     ANSWER_GAP_WEIGHT,
     ANSWER_MARGIN,
     BACKGROUND,
+    CONFIRM_WORDS,
     DISTINCTIVE_POOL,
     DISTINCTIVE_WEIGHT,
     EVENT_PRIOR,
+    KEYWORD_CONFIRM,
     KEYWORD_HALF,
     KEYWORD_WEIGHT,
     SCORE_MIDPOINT,
@@ -26,6 +29,7 @@ from memory.retrieval.scoring import (
     answer_gap,
     bounded_keyword,
     calibrated,
+    confirmed,
     distinctiveness,
     fuse,
 )
@@ -54,6 +58,25 @@ def test_the_relevance_is_the_weighted_mean_of_its_own_signals() -> None:
     assert score.relevance == expected / (1 + EVENT_PRIOR)  # no group: no prior share
     assert (score.semantic, score.bm25, score.entity) == (0.6, bounded_keyword(0.3), 0.0)
     assert score.score == calibrated(score.relevance, score.distinctiveness)
+
+
+def test_a_keyword_match_counts_as_far_as_the_meaning_confirms_it() -> None:
+    assert confirmed(0.5, KEYWORD_CONFIRM) == confirmed(0.5, 0.9) == 0.5
+    assert confirmed(0.5, KEYWORD_CONFIRM / 2) == approx(0.25)
+    assert confirmed(0.5, -0.3) == confirmed(0.0, 0.9) == 0.0
+    # A long memory's cosine with any one question is diluted: its bar is lower in proportion.
+    assert confirmed(0.5, KEYWORD_CONFIRM / 2, words=CONFIRM_WORDS) == approx(0.25)
+    assert confirmed(0.5, KEYWORD_CONFIRM / 2, words=2 * CONFIRM_WORDS) == 0.5
+    assert confirmed(0.5, KEYWORD_CONFIRM / 4, words=2 * CONFIRM_WORDS) == approx(0.25)
+    # In the fusion: the same keyword match counts less in a memory unrelated in meaning.
+    chance, meant = fuse([Signals(0.05, 1.0), Signals(KEYWORD_CONFIRM, 1.0)])
+    assert meant.bm25 == bounded_keyword(1.0)
+    assert chance.bm25 == approx(bounded_keyword(1.0) * 0.05 / KEYWORD_CONFIRM)
+    assert chance.relevance == approx(
+        (SEMANTIC_WEIGHT * 0.05 + KEYWORD_WEIGHT * chance.bm25)
+        / (SEMANTIC_WEIGHT + KEYWORD_WEIGHT)
+        / (1 + EVENT_PRIOR)
+    )
 
 
 def test_the_score_calibrates_relevance_and_distinctiveness() -> None:
@@ -171,6 +194,19 @@ def test_the_answer_gap_is_how_far_the_closest_falls_short_of_a_direct_answer() 
     assert calibrated(0.3, 0.1, -0.1) == calibrated(0.3 - ANSWER_GAP_WEIGHT * 0.1, 0.1)
 
 
+# More of Dana's facts, none about games, so that her scope is not a handful.
+DANA_MORE = [
+    "I take my coffee black with no sugar.",
+    "I'm trying to learn Portuguese; my lessons are on Tuesday evenings.",
+    "East of Eden is my favourite book.",
+    "I run along the beach most mornings before my shift.",
+    "My husband Tomás is a structural engineer.",
+    "I'm putting money aside to buy an apartment of my own.",
+    "Our wedding anniversary is October 3rd.",
+    "I've been to Japan twice and would love to go back.",
+]
+
+
 class AnswerGapTestCase(BaseTestCase):
     """Through the API with the real embedder and the reference facts: a question about
     something the scope never mentions comes back empty because of its answer gap, while the
@@ -184,7 +220,8 @@ class AnswerGapTestCase(BaseTestCase):
 
     def test_a_question_about_what_the_scope_never_mentions_returns_nothing(self) -> None:
         with project_context(self.alice.key.project_id):
-            add_texts(self.alice.key.project, DANA, user_id="dana")
+            for fact in [*DANA, *DANA_MORE]:  # one add each, as an assistant stores facts
+                add_texts(self.alice.key.project, [fact], user_id="dana")
         # "play" matches the cello: without the gap, the default threshold returned it.
         assert self.search("Does Dana play chess?") == []
         best = self.search("Does Dana play chess?", threshold=0)[0]
@@ -200,3 +237,68 @@ class AnswerGapTestCase(BaseTestCase):
             found = self.search(question)
             assert found and found[0]["memory"] == fact, question
             assert found[0]["score_breakdown"]["answer_gap"] == 0, question
+
+
+# A user whose question words turn up, by chance, in facts that do not answer them.
+SAM = [
+    "My name is Sam.",
+    "I drive to the office in an old Fiat.",
+    "I turned 45 last March.",
+    "My brother Tom lives in Berlin and drives a taxi there.",
+    "I lived in Leeds until 2012.",
+    "These days I design bridge foundations as a structural engineer.",
+    "On Sundays I bake sourdough for the whole street.",
+]
+# A long message with a fact in passing, and short ones closer in meaning to the question.
+LONG = (
+    "I'm looking for some tips on social media advertising for the bakery, since the spring "
+    "orders have been slow and I want to try something new before the summer markets start. I "
+    "was thinking of short videos of the ovens in the morning, or a loyalty card, but I have no "
+    "idea what works for a small shop like mine. My sister thinks I should try a stall at the "
+    "Saturday market first, and my accountant wants me to cut costs instead. Oh, and the kiln at "
+    "the pottery studio was finally sorted out last Tuesday, so that's one less thing to worry "
+    "about."
+)
+CHORES = [
+    "The boiler was serviced in October.",
+    "I fixed the garden fence on Sunday.",
+    "The oven door at home doesn't close properly.",
+    "The washing machine broke down again yesterday.",
+]
+
+
+class ConfirmedKeywordTestCase(BaseTestCase):
+    """Through the API with the real embedder: a question word a fact shares by chance does not
+    outrank the fact that answers the question, and a fact in passing in a long message keeps
+    its keyword."""
+
+    def search(self, user: str, query: str) -> list[str]:
+        body = {"query": query, "filters": {"user_id": user}, "threshold": 0}
+        response = self.call("post", "/v3/memories/search/", body)
+        assert response.status_code == 200, response.content
+        return [r["memory"] for r in response.json()["results"]]
+
+    def test_a_word_shared_by_chance_does_not_outrank_the_answer(self) -> None:
+        with project_context(self.alice.key.project_id):
+            for fact in SAM:  # one add each, as an assistant stores facts
+                add_texts(self.alice.key.project, [fact], user_id="sam")
+        for question, answer in [
+            ("How old is Sam?", SAM[2]),  # not the old Fiat
+            ("What does Sam do for a living?", SAM[5]),  # not where he or his brother lived
+        ]:
+            assert self.search("sam", question)[0] == answer, question
+
+    def test_the_search_weighs_each_memorys_keyword_by_its_own_length(self) -> None:
+        with project_context(self.alice.key.project_id):
+            for text in [*CHORES, LONG]:
+                add_texts(self.alice.key.project, [text], user_id="baker")
+        with patch("memory.retrieval.search.fuse", wraps=fuse) as fusion:
+            found = self.search("baker", "What happened with the kiln?")
+        assert sorted(found) == sorted([*CHORES, LONG])
+        candidates = fusion.call_args.args[0]
+        assert sorted(c.words for c in candidates) == sorted(len(t.split()) for t in found)
+        # The long message's cosine (0.13) is below KEYWORD_CONFIRM, but its length lowers the
+        # bar: its match on "kiln" counts in full.
+        (long,) = [c for c in candidates if c.words > CONFIRM_WORDS]
+        assert long.keyword > 0 and long.semantic < KEYWORD_CONFIRM
+        assert confirmed(0.5, long.semantic, long.words) == 0.5
