@@ -155,3 +155,24 @@ def test_a_hosted_model_embeds_the_reference_facts_once_and_a_failure_is_retried
     fake_embeddings.fail_after = None
     assert reference.typical_match(fake_embeddings.vector(fact)) == pytest.approx(1.0)
     assert len(fake_embeddings.requests) == 3
+
+
+def test_the_bundled_models_saved_vectors_of_another_shape_are_made_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """memory.text.reference with the bundled model: vectors saved beside it that no longer fit
+    (another model's, or an edited list's under the same name) are not used; the facts are
+    embedded again, and a fact's own vector is its closest."""
+    from memory.text import embeddings, reference
+
+    embedder = embeddings.get_embedder()
+    assert isinstance(embedder, embeddings.OnnxMiniLM)
+    stale = tmp_path / "reference-stale.npy"
+    np.save(stale, np.ones((3, embedder.dimensions), dtype=np.float32))
+    monkeypatch.setattr(reference, "vectors_file", lambda model_dir: stale)
+    monkeypatch.setattr(reference, "_vectors", None)
+    fact = reference.facts()[7]
+    assert reference.typical_match(embedder.embed([fact])[0]) == pytest.approx(1.0, abs=1e-5)
+    made = reference._vectors
+    assert made is not None and made[1] is not None
+    assert made[1].shape == (len(reference.facts()), embedder.dimensions)
