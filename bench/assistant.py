@@ -14,7 +14,8 @@ an assistant stores them, with questions that the facts answer and questions the
             {"question": "Where does Dana live?", "answers": [2], "stale": [0], "kind": "named"},
             ...],
         "off_topic": [               # about something the scope never mentions
-            {"question": "What is Dana's blood type?", "near_miss": false, "kind": "named"},
+            {"question": "What is Dana's blood type?", "near_miss": false, "kind": "named",
+             "cite": []},
             ...]}]}
 
 `kind`: named (the user in the third person, by name: "What's Dana's cat called?"),
@@ -22,7 +23,11 @@ second_person (as the user asks an assistant: "where do I live?") or unnamed ("t
 one). `stale` (optional): facts that answered the question once, before its answer changed ("I
 lived in Austin until 2024." / "I moved to Porto last year"); `answers` holds the current fact.
 `near_miss`: the scope mentions something close (a sister, and the question asks about a
-brother; the cello, and it asks about the violin). The personas vary their names: short, long,
+brother; the cello, and it asks about the violin). `cite`: the facts a good assistant would
+still want in front of it to reply, "no" included (the sister, for "Does Dana have a brother?";
+her peanut allergy, for "Is she allergic to shellfish?"), labelled afterwards by a reader who saw
+the facts and questions only (bench/data/README.md); a question with none is about something the
+scope never mentions. The personas vary their names: short, long,
 a two-word first name, non-English names, one that is also a common word, and one whose name
 the facts never state (name_fact null; its questions still name it).
 
@@ -50,7 +55,8 @@ off-topic question too. It prints, per question kind and overall:
   - changed answers: the current fact first, above the stale one, or the stale one first;
   - off-topic: the share returning nothing at the default threshold, the median number of
     results there, and the median best score (threshold 0) of off-topic against answerable
-    questions;
+    questions; for all of them, near misses or not, with a fact to cite or nothing to cite, and
+    per kind;
   - for each threshold t: answerable top-1 kept (an answer ranked first and returned) against
     off-topic empty, as the API answers `threshold=t` and as a cut of the threshold-0 results at
     score >= t (the score the caller sees), so a threshold can be chosen;
@@ -370,6 +376,8 @@ def report_off_topic(asked: list[Asked], answerable: list[Asked]) -> None:
         ("all", asked),
         ("not near miss", [a for a in asked if not a.item["near_miss"]]),
         ("near miss", [a for a in asked if a.item["near_miss"]]),
+        ("nothing to cite", [a for a in asked if not a.item.get("cite", [])]),
+        ("a fact to cite", [a for a in asked if a.item.get("cite", [])]),
         *[(k, [a for a in asked if a.item["kind"] == k]) for k in KINDS],
     ]
     for label, group in rows:
