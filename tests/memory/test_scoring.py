@@ -33,6 +33,7 @@ from memory.retrieval.scoring import (
     distinctiveness,
     fuse,
 )
+from memory.retrieval.search import WORDS_COUNTED
 from memory.search import DEFAULT_THRESHOLD
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -302,3 +303,14 @@ class ConfirmedKeywordTestCase(BaseTestCase):
         (long,) = [c for c in candidates if c.words > CONFIRM_WORDS]
         assert long.keyword > 0 and long.semantic < KEYWORD_CONFIRM
         assert confirmed(0.5, long.semantic, long.words) == 0.5
+
+    def test_a_very_long_memorys_words_are_counted_over_its_start(self) -> None:
+        huge = "By the way, the kiln works again. " + "More news from the bakery. " * 600
+        with project_context(self.alice.key.project_id):
+            add_texts(self.alice.key.project, [huge], user_id="baker")
+        with patch("memory.retrieval.search.fuse", wraps=fuse) as fusion:
+            self.search("baker", "What happened with the kiln?")
+        (candidate,) = fusion.call_args.args[0]
+        # Bounded work per candidate; the bar is near 0 either way (hundreds of words).
+        assert candidate.words == len(huge[:WORDS_COUNTED].split()) < len(huge.split())
+        assert candidate.words > 10 * CONFIRM_WORDS
