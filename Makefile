@@ -10,7 +10,7 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model db migrate run stop test lint format browser node-client docs
+.PHONY: help install venv postgres model model-mpnet db migrate run stop test lint format browser node-client docs
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
@@ -33,9 +33,19 @@ $(STAMP): pyproject.toml
 postgres:
 	@bash scripts/install-postgres.sh
 
+# The local embedding model ENGRAM_LOCAL_MODEL names (all-MiniLM-L6-v2 unless it says otherwise).
+LOCAL_MODEL := $(or $(ENGRAM_LOCAL_MODEL),all-MiniLM-L6-v2)
+MODEL_DIR := $(or $(ENGRAM_MODEL_DIR),$(HOME)/.cache/engram/models/$(LOCAL_MODEL))
+
 model: venv
-	@bash scripts/export-model.sh
-	@$(BIN)/python scripts/embed_vocabulary.py "$${ENGRAM_MODEL_DIR:-$$HOME/.cache/engram/models/all-MiniLM-L6-v2}"
+	@bash scripts/export-model.sh $(LOCAL_MODEL)
+	@$(BIN)/python scripts/embed_vocabulary.py "$(MODEL_DIR)" $(LOCAL_MODEL)
+
+# all-mpnet-base-v2 beside the configured model (where a deployment switched to it looks for it),
+# which the test suite runs too (tests/memory/test_local_models.py).
+model-mpnet: venv
+	@ENGRAM_MODEL_DIR="$(dir $(MODEL_DIR))all-mpnet-base-v2" bash scripts/export-model.sh all-mpnet-base-v2
+	@$(BIN)/python scripts/embed_vocabulary.py "$(dir $(MODEL_DIR))all-mpnet-base-v2" all-mpnet-base-v2
 
 # Debian's Chromium, which the end-to-end tests (tests/e2e/) drive through Playwright.
 browser:
@@ -58,7 +68,7 @@ run: migrate model
 stop:
 	@bash scripts/run.sh stop
 
-test: venv db model browser node-client
+test: venv db model model-mpnet browser node-client
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 

@@ -277,11 +277,18 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# --- Memory -------------------------------------------------------------------------------
-# The ONNX export of all-MiniLM-L6-v2 (scripts/export-model.sh puts it there; sha256-pinned).
+# --- Memory ----------------------------------------------------------------------------------
+# The local embedding model (ENGRAM_EMBEDDER=local): all-MiniLM-L6-v2 (384 dimensions, the
+# default) or all-mpnet-base-v2 (768 dimensions: ranks better, at about 4x the embedding time per
+# text and 4.5 times the files; docs/configuration.md). `make model` exports the one named here.
+LOCAL_MODEL_DIMENSIONS = {"all-MiniLM-L6-v2": 384, "all-mpnet-base-v2": 768}
+ENGRAM_LOCAL_MODEL = env_choice(
+    "ENGRAM_LOCAL_MODEL", "all-MiniLM-L6-v2", tuple(LOCAL_MODEL_DIMENSIONS)
+)
+# Its ONNX export (scripts/export-model.sh puts it there; sha256-pinned).
 ENGRAM_MODEL_DIR = Path(
     env_str(
-        "ENGRAM_MODEL_DIR", str(Path.home() / ".cache" / "engram" / "models" / "all-MiniLM-L6-v2")
+        "ENGRAM_MODEL_DIR", str(Path.home() / ".cache" / "engram" / "models" / ENGRAM_LOCAL_MODEL)
     )
 )
 # One thread measured fastest here for single queries and for batches (2-core machines); web
@@ -291,17 +298,18 @@ ENGRAM_EMBED_THREADS = env_int("ENGRAM_EMBED_THREADS", 1, minimum=1)
 # retrieval figures, docs/benchmarks.md) or the full model ("full"). Memories are always
 # embedded with the full model.
 ENGRAM_QUERY_PRECISION = env_choice("ENGRAM_QUERY_PRECISION", "int8", ("int8", "full"))
-# "local" (the ONNX model above, 384 dimensions) or "openai-compatible" (POST {URL}/embeddings,
-# any model and dimension). The deployment's embedding model is fixed when it is installed (its
-# first `migrate` records it: memory.models.EmbeddingSpace) and checked at start-up (`manage.py
-# check --database default`); `manage.py reembed`, run with another model's settings, switches a
+# "local" (the ONNX model above) or "openai-compatible" (POST {URL}/embeddings, any model and
+# dimension). The deployment's embedding model is fixed when it is installed (its first
+# `migrate` records it: memory.models.EmbeddingSpace) and checked at start-up (`manage.py check
+# --database default`); `manage.py reembed`, run with another model's settings, switches a
 # running deployment to it.
 ENGRAM_EMBEDDER = env_choice("ENGRAM_EMBEDDER", "local", ("local", "openai-compatible"))
 ENGRAM_EMBEDDING_URL = env_str("ENGRAM_EMBEDDING_URL", "")
 ENGRAM_EMBEDDING_MODEL = env_str("ENGRAM_EMBEDDING_MODEL", "text-embedding-3-small")
 ENGRAM_EMBEDDING_API_KEY = env_secret("ENGRAM_EMBEDDING_API_KEY")
-# The vectors' dimension: the local model's 384, or what the hosted model returns.
-EMBEDDING_DIMENSIONS = env_int("ENGRAM_EMBEDDING_DIMENSIONS", 384, minimum=1)
+# The vectors' dimension: the local model's, or what the hosted model returns.
+_LOCAL_DIMENSIONS = LOCAL_MODEL_DIMENSIONS[ENGRAM_LOCAL_MODEL]
+EMBEDDING_DIMENSIONS = env_int("ENGRAM_EMBEDDING_DIMENSIONS", _LOCAL_DIMENSIONS, minimum=1)
 # Whether the request asks the hosted model for that many dimensions (OpenAI's text-embedding-3
 # models shorten their vectors); a server that refuses the field needs false.
 ENGRAM_EMBEDDING_SEND_DIMENSIONS = env_bool("ENGRAM_EMBEDDING_SEND_DIMENSIONS", True)
@@ -318,10 +326,10 @@ if EMBEDDING_DIMENSIONS > 2000:
         "model for fewer (OpenAI's text-embedding-3 models shorten theirs, see "
         "ENGRAM_EMBEDDING_SEND_DIMENSIONS)."
     )
-if ENGRAM_EMBEDDER == "local" and EMBEDDING_DIMENSIONS != 384:
+if ENGRAM_EMBEDDER == "local" and EMBEDDING_DIMENSIONS != _LOCAL_DIMENSIONS:
     raise ImproperlyConfigured(
-        "The local embedder (all-MiniLM-L6-v2) gives 384 dimensions: ENGRAM_EMBEDDING_DIMENSIONS "
-        "applies to a hosted one (ENGRAM_EMBEDDER=openai-compatible)."
+        f"The local embedder ({ENGRAM_LOCAL_MODEL}) gives {_LOCAL_DIMENSIONS} dimensions: "
+        "ENGRAM_EMBEDDING_DIMENSIONS applies to a hosted one (ENGRAM_EMBEDDER=openai-compatible)."
     )
 # Limits on what a request may carry (each is a 400 with a clear detail when exceeded).
 # One limit for every text written: a message, a memory's new text, a feedback reason, and the

@@ -29,8 +29,9 @@ def embedding_model_matches(app_configs: Any = None, **kwargs: Any) -> list[Chec
             f"({configured.dimensions} dimensions), but this deployment's vectors come from "
             f"{recorded.name} ({recorded.dimensions} dimensions).",
             hint=(
-                "Set ENGRAM_EMBEDDER, ENGRAM_EMBEDDING_URL, ENGRAM_EMBEDDING_MODEL, "
-                "ENGRAM_EMBEDDING_DIMENSIONS and ENGRAM_EMBEDDING_SEND_DIMENSIONS back to the "
+                "Set ENGRAM_EMBEDDER, ENGRAM_LOCAL_MODEL, ENGRAM_EMBEDDING_URL, "
+                "ENGRAM_EMBEDDING_MODEL, ENGRAM_EMBEDDING_DIMENSIONS and "
+                "ENGRAM_EMBEDDING_SEND_DIMENSIONS back to the "
                 "deployment's, or switch models with `manage.py reembed` run with the new "
                 "settings (docs: Operations, switching the embedding model)."
             ),

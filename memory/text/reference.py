@@ -7,7 +7,7 @@ A question whose answer a scope holds finds a memory about as close as the close
 one about something the scope never mentions ("What is Dana's blood type?" among Dana's home,
 work and cello) finds nothing nearly as close, while "My blood type is O negative."-like facts
 are. scoring.calibrated() lowers the score of such a query's results (its answer gap). The
-facts' vectors are made once per process and model: for the bundled model they are read from
+facts' vectors are made once per process and model: for the local model they are read from
 the model's folder (written by `make model`: write_vectors()), else embedded on first use (a
 hosted model: one request of 600 short texts).
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memory.text.embeddings import Embedder, OnnxMiniLM, get_embedder
+from memory.text.embeddings import Embedder, OnnxSentenceModel, get_embedder
 
 logger = logging.getLogger(__name__)
 
@@ -45,14 +45,14 @@ def facts() -> list[str]:
 
 
 def vectors_file(model_dir: Path) -> Path:
-    """Where the bundled model's vectors of the facts are kept: named by the facts' digest, so
+    """Where the local model's vectors of the facts are kept: named by the facts' digest, so
     that an edited list is embedded again."""
     digest = hashlib.sha256(REFERENCE_FACTS.read_bytes()).hexdigest()[:12]
     return model_dir / f"reference-{digest}.npy"
 
 
-def write_vectors(model: OnnxMiniLM) -> Path:
-    """Embed the facts with the bundled model into its folder, unless done (`make model`)."""
+def write_vectors(model: OnnxSentenceModel) -> Path:
+    """Embed the facts with the local model into its folder, unless done (`make model`)."""
     target = vectors_file(model.model_dir)
     if not target.is_file():
         temporary = target.with_suffix(".tmp.npy")
@@ -98,7 +98,7 @@ def _recent(failed_at: float) -> bool:
 
 
 def _load(embedder: Embedder) -> np.ndarray:
-    if isinstance(embedder, OnnxMiniLM):
+    if isinstance(embedder, OnnxSentenceModel):
         kept = vectors_file(embedder.model_dir)
         if kept.is_file():
             loaded = np.asarray(np.load(kept), dtype=np.float32)

@@ -149,6 +149,10 @@ def test_it_refuses_a_model_configuration_it_cannot_run() -> None:
             "ENGRAM_EMBEDDING_DIMENSIONS": "3072",
         },
         "gives 384 dimensions": {"ENGRAM_EMBEDDING_DIMENSIONS": "768"},
+        "(all-mpnet-base-v2) gives 768 dimensions": {
+            "ENGRAM_LOCAL_MODEL": "all-mpnet-base-v2", "ENGRAM_EMBEDDING_DIMENSIONS": "384",
+        },
+        "ENGRAM_LOCAL_MODEL='bge-small' must be one of": {"ENGRAM_LOCAL_MODEL": "bge-small"},
     }  # fmt: skip
     for message, env in refused.items():
         result = start_django(**base, **env)
@@ -159,3 +163,28 @@ def test_it_refuses_a_model_configuration_it_cannot_run() -> None:
         ENGRAM_EMBEDDING_DIMENSIONS="768",
     )  # fmt: skip
     assert accepted.returncode == 0, accepted.stderr[-300:]
+
+
+def test_the_local_model_names_its_dimensions_and_its_folder() -> None:
+    """ENGRAM_LOCAL_MODEL alone sets the vectors' dimension and where the model's files are."""
+    probe = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.EMBEDDING_DIMENSIONS, settings.ENGRAM_MODEL_DIR.name)"
+    )
+    base = {
+        "DJANGO_SETTINGS_MODULE": "config.settings", "PATH": os.environ["PATH"],
+        "DATABASE_URL": "postgresql://u:p@127.0.0.1:1/x", "ENGRAM_SECRET_KEY": KEY,
+    }  # fmt: skip
+    for extra, printed in (
+        ({}, "384 all-MiniLM-L6-v2"),
+        ({"ENGRAM_LOCAL_MODEL": "all-mpnet-base-v2"}, "768 all-mpnet-base-v2"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**base, **extra},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-300:]
+        assert result.stdout.strip() == printed

@@ -10,9 +10,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from memory.text.embeddings import (
+    DEFAULT_LOCAL_MODEL,
+    LOCAL_MODELS,
     VOCABULARY_VECTORS,
     VOCABULARY_WORDS,
-    OnnxMiniLM,
+    OnnxSentenceModel,
     build_embedder,
     embed,
     embed_query,
@@ -57,17 +59,17 @@ def test_it_refuses_altered_model_files(tmp_path: Path) -> None:
     (tmp_path / "model.onnx").write_bytes(b"not a model")
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(ImproperlyConfigured, match="sha256"):
-        verify_model_files(tmp_path)
+        verify_model_files(tmp_path, LOCAL_MODELS[DEFAULT_LOCAL_MODEL])
 
 
 def test_it_names_a_missing_model_and_how_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(ImproperlyConfigured, match="make model"):
-        verify_model_files(tmp_path)
+        verify_model_files(tmp_path, LOCAL_MODELS[DEFAULT_LOCAL_MODEL])
 
 
 def test_precomputed_words_are_looked_up_and_equal_the_models_vectors() -> None:
     embedder = get_embedder()
-    assert isinstance(embedder, OnnxMiniLM)
+    assert isinstance(embedder, OnnxSentenceModel)
     rows, _ = embedder.vocabulary()  # made by `make model` (scripts/embed_vocabulary.py)
     assert len(rows) > 20_000 and "cities" in rows and "zxqvbrand" not in rows
     words = ["cities", "zxqvbrand", "games"]
@@ -81,10 +83,10 @@ def test_missing_or_inconsistent_word_files_mean_every_word_is_embedded(tmp_path
     model_dir = get_embedder().model_dir  # type: ignore[attr-defined]
     for name in ("model.onnx", "model-int8.onnx", "tokenizer.json"):
         (tmp_path / name).symlink_to(model_dir / name)
-    assert OnnxMiniLM(tmp_path, threads=1).vocabulary()[0] == {}
+    assert OnnxSentenceModel(tmp_path, threads=1).vocabulary()[0] == {}
     (tmp_path / VOCABULARY_WORDS).write_text("cities\ngames\n")
     np.save(tmp_path / VOCABULARY_VECTORS, np.zeros((3, 384), dtype=np.float32))  # 3 rows, 2 words
-    embedder = OnnxMiniLM(tmp_path, threads=1)
+    embedder = OnnxSentenceModel(tmp_path, threads=1)
     assert embedder.vocabulary()[0] == {}
     assert float(np.abs(embedder.embed_words(["cities"]) - embed(["cities"])).max()) < 1e-5
 
@@ -104,15 +106,15 @@ def test_queries_go_through_the_int8_copy_and_stay_close_to_the_full_model() -> 
 def test_the_setting_chooses_the_query_model() -> None:
     with override_settings(ENGRAM_QUERY_PRECISION="full"):
         full = build_embedder()
-    assert isinstance(full, OnnxMiniLM) and full.query_session is full.session
+    assert isinstance(full, OnnxSentenceModel) and full.query_session is full.session
     quantized = build_embedder()  # the default, int8
-    assert isinstance(quantized, OnnxMiniLM)
+    assert isinstance(quantized, OnnxSentenceModel)
     assert quantized.query_session is not quantized.session
 
 
 def test_full_precision_queries_are_the_full_models_vectors() -> None:
     model_dir = get_embedder().model_dir  # type: ignore[attr-defined]
-    full = OnnxMiniLM(model_dir, threads=1, quantized_queries=False)
+    full = OnnxSentenceModel(model_dir, threads=1, quantized_queries=False)
     texts, expected = reference()
     got = np.vstack([full.embed_query(t) for t in texts])
     assert float(np.abs(got - expected).max()) < 1e-5

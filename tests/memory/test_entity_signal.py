@@ -23,7 +23,7 @@ from memory.models import EntityVector, Memory, MemoryEntity
 from memory.retrieval import search
 from memory.retrieval.scoring import SIMILAR_NAME_WEIGHT, Signals, entity_strengths, fuse
 from memory.text import query as query_analysis
-from memory.text.embeddings import OnnxMiniLM, embed, embed_words, get_embedder
+from memory.text.embeddings import OnnxSentenceModel, embed, embed_words, get_embedder
 from memory.text.query import analyse
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -245,7 +245,7 @@ class MatchingByMeaningTestCase(BaseTestCase):
         path: it is not matched by meaning (a vocabulary word still is, looked up)."""
         rome = str(self.rome.pk)
         embedder = get_embedder()
-        assert isinstance(embedder, OnnxMiniLM)
+        assert isinstance(embedder, OnnxSentenceModel)
         with (
             mock.patch.object(query_analysis, "_word_cache", OrderedDict()),
             mock.patch(f"{query_analysis.__name__}.embed_words", wraps=embed_words) as looked_up,

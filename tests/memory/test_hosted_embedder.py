@@ -166,7 +166,7 @@ def test_the_bundled_models_saved_vectors_of_another_shape_are_made_again(
     from memory.text import embeddings, reference
 
     embedder = embeddings.get_embedder()
-    assert isinstance(embedder, embeddings.OnnxMiniLM)
+    assert isinstance(embedder, embeddings.OnnxSentenceModel)
     stale = tmp_path / "reference-stale.npy"
     np.save(stale, np.ones((3, embedder.dimensions), dtype=np.float32))
     monkeypatch.setattr(reference, "vectors_file", lambda model_dir: stale)

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.checks import run_checks
 from django.core.management import CommandError, call_command
@@ -27,7 +28,7 @@ from memory.graph.writes import _remember_names
 from memory.management.commands import reembed as command
 from memory.models import EmbeddingSpace
 from memory.text import embeddings
-from memory.text.embeddings import EmbeddingError, OpenAICompatibleEmbedder
+from memory.text.embeddings import EmbeddingError, OpenAICompatibleEmbedder, Space
 from tenants.db import project_context
 from tenants.models import Membership
 from tests.factory import auth, make_key
@@ -257,6 +258,37 @@ def test_a_deployment_switches_models_while_it_serves_and_back(
     assert storage() == IN_ROW
     assert api.top("where do I live") == "I live in Lisbon"
     assert not run_checks(databases=["default"])
+
+
+def test_a_deployment_switches_to_the_other_local_model_and_back(client: Any) -> None:
+    """ENGRAM_LOCAL_MODEL=all-mpnet-base-v2 (768 dimensions) with the settings that name it; its
+    files are where such a deployment's are (a folder of its name: `make model-mpnet`)."""
+    api = Api(client)
+    for text in MEMORIES:
+        api.add(text)
+    mpnet = Space("local", 768, model="all-mpnet-base-v2")
+    folder = settings.ENGRAM_MODEL_DIR.parent / "all-mpnet-base-v2"
+    with override_settings(
+        ENGRAM_LOCAL_MODEL="all-mpnet-base-v2", ENGRAM_MODEL_DIR=folder, EMBEDDING_DIMENSIONS=768
+    ):
+        done = reembed()
+        assert "Switched: the deployment now embeds with local:all-mpnet-base-v2" in done
+        assert embeddings.active_space() == mpnet
+        assert dimensions(api.project)["memory_memory"] == {768}
+        assert "vector(768)" in hnsw_index()
+        assert api.top("where do I live") == "I live in Lisbon"
+        assert api.top("which instrument do I play") == "I play the cello every evening"
+        assert api.top("Rex", user_id="*") == "My dog is called Rex"  # the HNSW index path
+        stored = stored_vector(api.project, "My dog is called Rex")
+        expected = embeddings.build_embedder(mpnet).embed(["My dog is called Rex"])[0]
+        assert stored == pytest.approx([float(x) for x in expected], abs=1e-6)
+        assert not run_checks(databases=["default"])
+    # A process with the default model's settings refuses to start on it.
+    [error] = run_checks(databases=["default"])
+    assert error.id == "memory.E001" and "local:all-mpnet-base-v2" in error.msg
+    assert "Switched: the deployment now embeds with local:all-MiniLM-L6-v2" in reembed()
+    assert dimensions(api.project)["memory_memory"] == {384}
+    assert api.top("where do I live") == "I live in Lisbon"
 
 
 def test_a_process_that_has_not_followed_yet_writes_nothing_and_searches_after_following(
