@@ -45,6 +45,8 @@ def test_it_is_found_beside_the_configured_model_and_named_by_its_space(
     mpnet: OnnxSentenceModel,
 ) -> None:
     assert mpnet.model_dir == Path(settings.ENGRAM_MODEL_DIR).parent / MPNET
+    # The settings know each model's dimension without importing this module: the same.
+    assert {n: m.dimensions for n, m in LOCAL_MODELS.items()} == settings.LOCAL_MODEL_DIMENSIONS
     assert (mpnet.name, mpnet.dimensions) == (MPNET, 768)
     assert Space("local", 768, model=MPNET).name == "local:all-mpnet-base-v2"
     # A local space recorded before the choice existed has no model: it is the default one.
