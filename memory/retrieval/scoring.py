@@ -114,6 +114,19 @@ ANSWER_MARGIN = 0.3
 ANSWER_GAP_WEIGHT = 5.0
 
 
+# The midpoint by embedding model (memory.text.embeddings.Space.name), placed by the same rule
+# for that model's cosines; a model not here (a hosted one) gets all-MiniLM-L6-v2's,
+# SCORE_MIDPOINT. all-mpnet-base-v2's scores stand further apart: at its own midpoint it keeps the
+# evidence by the rule and returns nothing for more questions about something never said
+# (docs/benchmarks.md, "The larger local model"). Its other constants are MiniLM's: a lower
+# keyword weight ranked the assistant sets better and LongMemEval worse.
+MIDPOINTS = {"local:all-mpnet-base-v2": 0.185}
+
+
+def midpoint_for(model: str) -> float:
+    return MIDPOINTS.get(model, SCORE_MIDPOINT)
+
+
 @dataclass(frozen=True)
 class Signals:
     semantic: float  # cosine similarity, [-1, 1]
@@ -156,11 +169,13 @@ def answer_gap(semantic: Sequence[float], typical: float | None) -> float:
     return min(0.0, closest - typical + ANSWER_MARGIN)
 
 
-def calibrated(relevance: float, distinct: float, gap: float = 0.0) -> float:
+def calibrated(
+    relevance: float, distinct: float, gap: float = 0.0, midpoint: float = SCORE_MIDPOINT
+) -> float:
     """The score of a memory of this relevance for a query of this distinctiveness and answer
     gap, in (0, 1)."""
     x = SCORE_STEEPNESS * (
-        relevance + DISTINCTIVE_WEIGHT * distinct + ANSWER_GAP_WEIGHT * gap - SCORE_MIDPOINT
+        relevance + DISTINCTIVE_WEIGHT * distinct + ANSWER_GAP_WEIGHT * gap - midpoint
     )
     return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, x))))
 
@@ -202,6 +217,7 @@ def fuse(
     entity_weight: float = 0.0,
     similar_names: AbstractSet[str] = frozenset(),
     typical: float | None = None,
+    midpoint: float = SCORE_MIDPOINT,
 ) -> list[Score]:
     """Return one Score per candidate, in the same order. Each depends on its own signals (and,
     through the entity rarity and the conversation prior, on the others') and on how far the
@@ -241,7 +257,7 @@ def fuse(
     gap = answer_gap([c.semantic for c in candidates], typical)
     return [
         Score(
-            score=calibrated(f, distinct, gap),
+            score=calibrated(f, distinct, gap, midpoint),
             semantic=s,
             bm25=k,
             entity=e,

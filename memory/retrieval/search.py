@@ -64,6 +64,7 @@ from memory.retrieval.scoring import (
     Score,
     Signals,
     fuse,
+    midpoint_for,
 )
 from memory.text.query import Query
 from memory.text.temporal import Window
@@ -330,6 +331,7 @@ def hybrid_search(
         # What the candidates are linked to beyond the query's own names was matched by meaning.
         similar_names=frozenset(n for row in rows for n in row[-1]).difference(names),
         typical=query.typical,
+        midpoint=midpoint_for(query.model),
     )
     # The threshold cuts on the score the caller sees (scoring: the fused relevance).
     relevant = [

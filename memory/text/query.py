@@ -27,7 +27,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from memory.text.embeddings import embed_query, embed_words, vocabulary_words
+from memory.text.embeddings import active_space, embed_query, embed_words, vocabulary_words
 from memory.text.recognise import query_names, query_words
 from memory.text.reference import typical_match
 from memory.text.temporal import Window, time_window
@@ -56,6 +56,8 @@ class Query:
     # The query's closest cosine among the reference facts (memory.text.reference): how close
     # a direct answer comes. None: not known (the score goes without the answer gap).
     typical: float | None = None
+    # The embedding model `vector` is in (embeddings.Space.name): the score is calibrated to it.
+    model: str = ""
 
 
 def analyse(
@@ -101,6 +103,7 @@ def _analysed(
         window=window,
         keywords=keywords,
         own_names=own,
+        model=active_space().name,
     )
 
 

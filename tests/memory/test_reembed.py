@@ -27,6 +27,7 @@ from memory.graph import Scope
 from memory.graph.writes import _remember_names
 from memory.management.commands import reembed as command
 from memory.models import EmbeddingSpace
+from memory.retrieval import scoring
 from memory.text import embeddings
 from memory.text.embeddings import EmbeddingError, OpenAICompatibleEmbedder, Space
 from tenants.db import project_context
@@ -278,6 +279,13 @@ def test_a_deployment_switches_to_the_other_local_model_and_back(client: Any) ->
         assert "vector(768)" in hnsw_index()
         assert api.top("where do I live") == "I live in Lisbon"
         assert api.top("which instrument do I play") == "I play the cello every evening"
+        # Scored on the midpoint placed for this model (scoring.MIDPOINTS), not MiniLM's.
+        found = api.search("which instrument do I play").json()[0]
+        part, midpoint = found["score_breakdown"], scoring.midpoint_for(mpnet.name)
+        assert midpoint != scoring.SCORE_MIDPOINT
+        signals = (part["relevance"], part["distinctiveness"], part["answer_gap"])
+        assert found["score"] == pytest.approx(scoring.calibrated(*signals, midpoint), abs=1e-5)
+        assert abs(found["score"] - scoring.calibrated(*signals)) > 1e-3  # MiniLM's would differ
         assert api.top("Rex", user_id="*") == "My dog is called Rex"  # the HNSW index path
         stored = stored_vector(api.project, "My dog is called Rex")
         expected = embeddings.build_embedder(mpnet).embed(["My dog is called Rex"])[0]

@@ -32,6 +32,7 @@ from memory.retrieval.scoring import (
     confirmed,
     distinctiveness,
     fuse,
+    midpoint_for,
 )
 from memory.retrieval.search import WORDS_COUNTED
 from memory.search import DEFAULT_THRESHOLD
@@ -48,6 +49,18 @@ def test_bounded_keyword_maps_a_rank_into_zero_one() -> None:
     ranks = [0.01, 0.06, 0.3, 0.9, 5.0, 1e6]
     bounded = [bounded_keyword(r) for r in ranks]
     assert bounded == sorted(bounded) and all(0 < b < 1 for b in bounded)
+
+
+def test_the_midpoint_is_the_embedding_models() -> None:
+    assert midpoint_for("local:all-MiniLM-L6-v2") == SCORE_MIDPOINT
+    assert midpoint_for("openai-compatible:text-embedding-3-small") == SCORE_MIDPOINT  # MiniLM's
+    mpnet = midpoint_for("local:all-mpnet-base-v2")
+    assert mpnet != SCORE_MIDPOINT
+    signals = [Signals(0.6, 0.3, group="a"), Signals(0.2, 2.0, group="b")]
+    for default, fitted in zip(fuse(signals), fuse(signals, midpoint=mpnet), strict=True):
+        assert fitted.relevance == default.relevance  # the order is the same
+        assert default.score == calibrated(default.relevance, default.distinctiveness)
+        assert fitted.score == calibrated(fitted.relevance, fitted.distinctiveness, 0, mpnet)
 
 
 def test_the_relevance_is_the_weighted_mean_of_its_own_signals() -> None:
