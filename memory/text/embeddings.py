@@ -115,7 +115,7 @@ class LocalModel:
 
 
 # The local models: all-MiniLM-L6-v2 (the default: 6 layers, fast) and all-mpnet-base-v2 (12
-# layers, 768 dimensions: better rankings at about 4x the cost per text; docs/benchmarks.md).
+# layers, 768 dimensions: better rankings at about 5x the cost per text; docs/benchmarks.md).
 LOCAL_MODELS = {
     model.name: model
     for model in (
