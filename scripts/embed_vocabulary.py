@@ -7,7 +7,7 @@ facts a query is compared with (memory.text.reference: MODEL_DIR/reference-<dige
 Writes MODEL_DIR/words.txt (one word a line) and MODEL_DIR/words.npy (their float32 vectors, in
 the same order; the server maps it read-only, so its pages are shared by every process). The
 words are the tokenizer's vocabulary entries of two or more lower-case letters, about 21,700;
-about 5 s on 2 cores (all-mpnet-base-v2: about 40 s). Skipped when both files are there and
+about 5 s on 2 cores (all-mpnet-base-v2: about 80 s). Skipped when both files are there and
 agree. Run by `make model`, for the local model named (all-MiniLM-L6-v2 by default).
 
     .venv/bin/python scripts/embed_vocabulary.py MODEL_DIR [MODEL_NAME]
