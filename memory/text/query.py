@@ -8,6 +8,12 @@ matched by meaning are the neutral text's, and the keyword signal's words leave 
 Otherwise the one memory that says "My name is Dana." would match the name in all three and
 outrank the fact asked about (bench/assistant.py).
 
+The embedding reads such a question both ways, as about the user ("Where does the user
+live?") and in the user's own words ("Where do I live?"): the scope's memories are either,
+first-person messages stored as they were said and the offline extractor's statements, or the
+model extractor's third-person facts. The query's vector is the mean direction of the two
+readings' (first_person(); docs/benchmarks.md, "Both readings of a question").
+
 Every entry point analyses the query text with analyse() before it opens its transaction (a
 hosted embedder is an HTTP call, which must never hold a transaction open) and passes the
 Query down: hybrid search ranks with it, and the graph relations a search answers with are
@@ -93,7 +99,12 @@ def _analysed(
     own = frozenset(own_names) if own_names is not None else None
     neutral, keywords = neutralise(text, own or (), subject)
     names = tuple(n for n in query_names(neutral) if n not in (own or ()))
-    vector = embedding if embedding is not None else embed_query(neutral)
+    if embedding is not None:
+        vector = embedding
+    elif neutral != text:
+        vector = embed_query(neutral, first_person(text, own or ()))
+    else:
+        vector = embed_query(text)
     return Query(
         text=text,
         vector=literal(vector),
@@ -111,15 +122,66 @@ def neutralise(text: str, own_names: Collection[str], subject: str) -> tuple[str
     """The text with each of `own_names` (and its possessive) read as `subject`, and the text
     without them: ("Where does the user live?", "Where does   live?") for "Where does Dana
     live?". Names match whole words, whatever their case and spacing; the longest first."""
-    if not own_names:
+    pattern = _names_pattern(own_names)
+    if pattern is None or pattern.search(text) is None:
         return text, text
+    neutral = pattern.sub(lambda m: subject + ("'s" if m.group(2) else ""), text)
+    return neutral, pattern.sub(" ", text)
+
+
+# Prepositions after which a name reads as "me" in the first person ("What did Ana give to
+# Dana?"); elsewhere it reads as "I" (its verb's object is rarer in questions about a user).
+PREPOSITIONS = "about|after|at|before|by|for|from|like|near|of|on|to|with|without"
+# The agreement the first person needs: a verb before "I" ("does I" -> "do I") and after it
+# ("I has" -> "I have"), by the third person's form.
+AGREEMENT = {
+    "does": "do",
+    "doesn't": "don't",
+    "is": "am",
+    "isn't": "aren't",
+    "has": "have",
+    "hasn't": "haven't",
+}
+_VERB_BEFORE = re.compile(rf"\b({'|'.join(map(re.escape, AGREEMENT))})(\s+I)\b", re.IGNORECASE)
+_VERB_AFTER = re.compile(rf"\b(I\s+)({'|'.join(map(re.escape, AGREEMENT))})\b", re.IGNORECASE)
+
+
+def first_person(text: str, own_names: Collection[str]) -> str:
+    """The text as its own user or agent would say it: each of `own_names` read as "I" ("me"
+    after a preposition), its possessive as "my", and the verbs next to it agreeing: "Where
+    does Dana live?" -> "Where do I live?", "Is Dana's sister married?" -> "Is my sister
+    married?", "Is Dana allergic to nuts?" -> "Am I allergic to nuts?"."""
+    pattern = _names_pattern(own_names)
+    if pattern is None or pattern.search(text) is None:
+        return text
+
+    def reading(match: re.Match[str]) -> str:
+        if match.group(2):
+            return "my"
+        before = re.search(r"(\w+)\s*$", text[: match.start()])
+        after_preposition = before is not None and re.fullmatch(
+            PREPOSITIONS, before.group(1), re.IGNORECASE
+        )
+        return "me" if after_preposition else "I"
+
+    said = pattern.sub(reading, text)
+    said = _VERB_BEFORE.sub(lambda m: _cased(AGREEMENT[m[1].lower()], m[1]) + m[2], said)
+    return _VERB_AFTER.sub(lambda m: m[1] + AGREEMENT[m[2].lower()], said)
+
+
+def _cased(word: str, like: str) -> str:
+    """`word` capitalised as `like` is."""
+    return word[:1].upper() + word[1:] if like[:1].isupper() else word
+
+
+def _names_pattern(own_names: Collection[str]) -> re.Pattern[str] | None:
+    """A pattern matching any of `own_names` as whole words, whatever their case and spacing,
+    the longest first, with its possessive ("'s") as group 2; None without names."""
+    if not own_names:
+        return None
     names = sorted(own_names, key=len, reverse=True)
     alternatives = "|".join(r"\s+".join(map(re.escape, name.split())) for name in names)
-    pattern = re.compile(rf"(?<!\w)(?:{alternatives})(['\u2019]s)?(?!\w)", re.IGNORECASE)
-    if pattern.search(text) is None:
-        return text, text
-    neutral = pattern.sub(lambda m: subject + ("'s" if m.group(1) else ""), text)
-    return neutral, pattern.sub(" ", text)
+    return re.compile(rf"(?<!\w)({alternatives})(['\u2019]s)?(?!\w)", re.IGNORECASE)
 
 
 def literal(vector: Sequence[float]) -> str:

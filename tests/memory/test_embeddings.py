@@ -118,3 +118,14 @@ def test_full_precision_queries_are_the_full_models_vectors() -> None:
     texts, expected = reference()
     got = np.vstack([full.embed_query(t) for t in texts])
     assert float(np.abs(got - expected).max()) < 1e-5
+
+
+def test_a_query_read_two_ways_is_the_mean_direction_of_its_readings() -> None:
+    readings = ("Where does the user live?", "Where do I live?")
+    each = np.array([embed_query(r) for r in readings], dtype=np.float32)
+    both = np.array(embed_query(*readings), dtype=np.float32)
+    mean = each.mean(axis=0)
+    # Each reading embedded on its own, as if it were the query.
+    assert float(np.abs(both - mean / np.linalg.norm(mean)).max()) < 1e-6
+    assert abs(float(np.linalg.norm(both)) - 1.0) < 1e-5
+    assert all(float(both @ v) < 0.999 for v in each)  # neither reading alone

@@ -15,8 +15,9 @@ from memory import search as searching
 from memory.models import Memory
 from memory.queries.relations import OWN_NAME_PREDICATE
 from memory.retrieval.filters import compile_filters
+from memory.text import query as query_module
 from memory.text.embeddings import embed_query
-from memory.text.query import literal, neutralise
+from memory.text.query import first_person, literal, neutralise
 from memory.text.recognise import own_names
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -31,6 +32,41 @@ DANA = [
     "My sister is called Ana and she teaches in Denver.",
     "I'm allergic to peanuts, so I always check labels.",
     "Dana's favourite food is grilled sardines.",
+]
+
+
+# bench/data/assistant-heldout.json's Ingrid: first-person facts, her name said in one.
+INGRID = [
+    "We have a family cabin on the island of Senja.",
+    "I work two weeks on board, then get two weeks off.",
+    "I studied marine engineering at the maritime college in Ålesund.",
+    "My birthday is on Midsummer Eve.",
+    "On board I sleep in four-hour blocks.",
+    "Someday I want to sail to Svalbard on my own.",
+    "I photograph the northern lights on clear winter nights.",
+    "I ran three marathons before my knee gave out.",
+    "I play the accordion badly at family gatherings.",
+    "I own a small wooden sailboat named Frøya.",
+    "I have an elderly husky called Kaja.",
+    "Since 2017 I've been chief engineer on a coastal express ship.",
+    "I can't stand lutefisk, even at Christmas.",
+    "I drink far too much filter coffee, maybe eight cups a day.",
+    "I lived in Stavanger while I worked offshore.",
+    "I swim in the fjord even in January.",
+    "My ex-husband Per still lives in Stavanger with his new family.",
+    "Milk doesn't agree with me; I'm lactose intolerant.",
+    "My son Jonas studies mechanical engineering in Trondheim.",
+    "I'm fifty-two and was born in Bergen.",
+    "I speak Norwegian, English and some Russian picked up in port.",
+    "These days I cross-country ski instead, often at night under floodlights.",
+    "I drive a Tesla Model Y, like half of Norway.",
+    "My signature dish is fish soup with a little saffron.",
+    "Home is now a small red house in Tromsø.",
+    "Ingrid Halvorsen is my name.",
+    "My partner Lars works on a fishing boat out of Hammerfest.",
+    "I read Jo Nesbø thrillers between watches.",
+    "I spent fifteen years as a mechanic on North Sea oil platforms.",
+    "My mother is 81 and lives in a care home in Bergen.",
 ]
 
 
@@ -93,6 +129,27 @@ def test_neutralise_reads_a_name_as_the_subject_and_drops_it_from_the_keywords()
     assert neutralise("Where does Dana live?", set(), "the user")[0] == "Where does Dana live?"
 
 
+FIRST_PERSON = [
+    ("Where does Dana live?", "Where do I live?"),
+    ("What's the name of Dana's pet?", "What's the name of my pet?"),
+    ("Is Dana allergic to shellfish?", "Am I allergic to shellfish?"),
+    ("Does Mary  Jane have a car?", "Do I have a car?"),
+    ("what has DANA been reading", "what have I been reading"),
+    ("Dana is a nurse, right?", "I am a nurse, right?"),
+    ("Dana has a cat?", "I have a cat?"),
+    ("Who did Ana go to Lisbon with Dana?", "Who did Ana go to Lisbon with me?"),
+    ("What did Dana\u2019s sister say to Dana?", "What did my sister say to me?"),
+    ("Isn't Dana vegetarian?", "Aren't I vegetarian?"),
+    ("Where does Danae live?", "Where does Danae live?"),  # another name
+    ("Does Ana know where Dana works?", "Does Ana know where I works?"),
+]
+
+
+@pytest.mark.parametrize(("text", "said"), FIRST_PERSON)
+def test_first_person_reads_the_question_in_the_users_own_words(text: str, said: str) -> None:
+    assert first_person(text, {"dana", "mary", "mary jane"}) == said
+
+
 class OwnNamesTestCase(BaseTestCase):
     memories: ClassVar[list[Memory]]
 
@@ -147,6 +204,25 @@ class OwnNamesTestCase(BaseTestCase):
             query = self.analysed(user, question)
             assert query.own_names and "work" in query.keywords, question
 
+    def test_a_question_naming_the_user_is_read_in_her_own_words_too(self) -> None:
+        project = self.alice.key.project
+        with project_context(project.pk):
+            added = add_texts(project, INGRID, user_id="ingrid")
+        graph.link_mentions(project.pk, [m.pk for m in added])
+        expected = {
+            "What is Ingrid's job?": {INGRID[11]},
+            "How does Ingrid keep fit these days?": {INGRID[15], INGRID[21]},
+        }
+        for question, answers in expected.items():
+            assert self.first(question, "ingrid") in answers, question
+        # Read only as about "the user", at least one of them ranks another fact first: the
+        # questions tell the two readings apart.
+        with mock.patch.object(
+            query_module, "first_person", lambda text, names: neutralise(text, names, "the user")[0]
+        ):
+            firsts = {q: self.first(q, "ingrid") for q in expected}
+        assert any(firsts[q] not in answers for q, answers in expected.items()), firsts
+
     def test_a_question_about_the_name_still_finds_it(self) -> None:
         assert self.first("What is Dana's name?") == DANA[0]
 
@@ -173,7 +249,9 @@ class OwnNamesTestCase(BaseTestCase):
     def test_every_signal_reads_the_neutral_question(self) -> None:
         query = self.analysed("dana", "Dana's cat?")
         assert (query.keywords.strip(" ?"), query.names) == ("cat", ("cat",))
-        assert query.vector == literal(embed_query("the user's cat?"))
+        # Read both ways: about the user, and in the user's own words.
+        assert query.vector == literal(embed_query("the user's cat?", "my cat?"))
+        assert query.vector != literal(embed_query("the user's cat?"))
         assert query.own_names == frozenset({"dana"})
 
     def test_with_a_hosted_embedder_the_names_are_read_before_the_transaction(self) -> None:
