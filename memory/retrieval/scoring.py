@@ -9,9 +9,10 @@ little and a rare word a lot. Neither signal is stretched over the candidate set
 signal is the cosine itself (clamped at 0), the keyword signal is bounded as
 score / (score + KEYWORD_HALF) and counts fully only in a memory at least KEYWORD_CONFIRM close to
 the query in meaning (a long memory less), in proportion below (confirmed()). They are combined
-as a weighted mean with fixed weights. Candidates from the same conversation as a strong hit get
-a share of its score ("event prior"): the turns around a relevant turn are often relevant too.
-That is a memory's relevance.
+as a weighted sum over the sum of fixed weights, the keyword's weight halved in a short memory
+(keyword_share()). Candidates from the same conversation as a strong hit get
+a share of its score ("event prior", the hit's keyword at its full weight): the turns around a
+relevant turn are often relevant too. That is a memory's relevance.
 
 The score a caller sees, and the one `threshold` cuts on, calibrates it (calibrated()): a
 logistic of the relevance plus the query's distinctiveness in the scope, how far the scope's
@@ -82,6 +83,18 @@ KEYWORD_HALF = 1.0
 # long turns lose evidence).
 KEYWORD_CONFIRM = 0.3
 CONFIRM_WORDS = 20
+# The keyword signal's weight by the memory's length: SHORT_KEYWORD_SHARE of KEYWORD_WEIGHT in a
+# memory of CONFIRM_WORDS words or fewer, rising in proportion to all of it at LONG_WORDS words
+# (keyword_share()). A short memory says one thing, which its vector holds: a word it shares
+# with the question ("live" in "My sister lives in Denver." for "Where does the user live?")
+# should not outweigh how close it is in meaning. A long one says many things and its vector
+# averages them, so the question's rare word in it tells more than the distance. The weights
+# are not renormalised: a short memory's relevance counts its keyword for less. On all four
+# sets together (docs/benchmarks.md, "The keyword's weight by length"): a share of 0.5 ranked
+# every set better; 0.4 ranked LoCoMo and LongMemEval worse than 0.5; a long length of 60-80
+# words ranked alike, 120 lost LongMemEval's MRR.
+SHORT_KEYWORD_SHARE = 0.5
+LONG_WORDS = 80
 # BM25's term-frequency saturation and length normalisation (the usual values; LoCoMo recall@10
 # moved by under 0.003 over k1 0.9-1.5, b 0.5-0.75). The length of a memory is its number of
 # distinct words (with its neighbours'), against the scope's mean.
@@ -98,7 +111,7 @@ SIMILAR_NAME_WEIGHT = 0.3
 # DISTINCTIVE_POOL best cosines (see above).
 SCORE_STEEPNESS = 10.0
 DISTINCTIVE_WEIGHT = 0.83
-SCORE_MIDPOINT = 0.165
+SCORE_MIDPOINT = 0.175
 DISTINCTIVE_POOL = 30
 # The cosine a question typically has with the memories of a scope that are not about it (the
 # bundled MiniLM: the median on bench/assistant.py's scopes is 0.07); a scope with fewer than
@@ -193,6 +206,15 @@ def confirmed(keyword: float, semantic: float, words: int = 0) -> float:
     return keyword * min(1.0, max(0.0, semantic) / bar)
 
 
+def keyword_share(words: int) -> float:
+    """The share of KEYWORD_WEIGHT a memory of `words` words (0: unknown, counted as short)
+    gives its keyword signal (see above)."""
+    if words <= CONFIRM_WORDS:
+        return SHORT_KEYWORD_SHARE
+    longer = min(1.0, (words - CONFIRM_WORDS) / (LONG_WORDS - CONFIRM_WORDS))
+    return SHORT_KEYWORD_SHARE + (1 - SHORT_KEYWORD_SHARE) * longer
+
+
 def entity_strengths(
     candidates: Sequence[Signals], similar: AbstractSet[str] = frozenset()
 ) -> list[float]:
@@ -237,12 +259,20 @@ def fuse(
         else [0.0] * len(candidates)
     )
     weight = SEMANTIC_WEIGHT + KEYWORD_WEIGHT + max(0.0, entity_weight)
-    base = [
+    # What a memory lends its conversation counts its keyword at the full weight: a word of the
+    # question said in a short turn may not make that turn the answer, but it does say the
+    # conversation was about it.
+    lent = [
         (SEMANTIC_WEIGHT * s + KEYWORD_WEIGHT * k + entity_weight * e) / weight
         for s, k, e in zip(semantic, keyword, entity, strict=True)
     ]
+    base = [
+        (SEMANTIC_WEIGHT * s + KEYWORD_WEIGHT * keyword_share(c.words) * k + entity_weight * e)
+        / weight
+        for c, s, k, e in zip(candidates, semantic, keyword, entity, strict=True)
+    ]
     best_in_group: dict[Hashable, float] = {}
-    for candidate, value in zip(candidates, base, strict=True):
+    for candidate, value in zip(candidates, lent, strict=True):
         if candidate.group is not None:
             best_in_group[candidate.group] = max(best_in_group.get(candidate.group, 0.0), value)
     fused = [

@@ -23,8 +23,10 @@ from memory.retrieval.scoring import (
     KEYWORD_CONFIRM,
     KEYWORD_HALF,
     KEYWORD_WEIGHT,
+    LONG_WORDS,
     SCORE_MIDPOINT,
     SEMANTIC_WEIGHT,
+    SHORT_KEYWORD_SHARE,
     Signals,
     answer_gap,
     bounded_keyword,
@@ -32,6 +34,7 @@ from memory.retrieval.scoring import (
     confirmed,
     distinctiveness,
     fuse,
+    keyword_share,
     midpoint_for,
 )
 from memory.retrieval.search import WORDS_COUNTED
@@ -63,8 +66,8 @@ def test_the_midpoint_is_the_embedding_models() -> None:
         assert fitted.score == calibrated(fitted.relevance, fitted.distinctiveness, 0, mpnet)
 
 
-def test_the_relevance_is_the_weighted_mean_of_its_own_signals() -> None:
-    alone = Signals(0.6, 0.3)
+def test_the_relevance_is_the_weighted_sum_of_its_own_signals() -> None:
+    alone = Signals(0.6, 0.3, words=LONG_WORDS)
     (score,) = fuse([alone])
     expected = (SEMANTIC_WEIGHT * 0.6 + KEYWORD_WEIGHT * bounded_keyword(0.3)) / (
         SEMANTIC_WEIGHT + KEYWORD_WEIGHT
@@ -72,6 +75,32 @@ def test_the_relevance_is_the_weighted_mean_of_its_own_signals() -> None:
     assert score.relevance == expected / (1 + EVENT_PRIOR)  # no group: no prior share
     assert (score.semantic, score.bm25, score.entity) == (0.6, bounded_keyword(0.3), 0.0)
     assert score.score == calibrated(score.relevance, score.distinctiveness)
+
+
+def test_a_short_memorys_keyword_weighs_less_than_a_long_ones() -> None:
+    assert keyword_share(0) == keyword_share(CONFIRM_WORDS) == SHORT_KEYWORD_SHARE < 1
+    assert keyword_share(LONG_WORDS) == keyword_share(10 * LONG_WORDS) == 1.0
+    middle = (CONFIRM_WORDS + LONG_WORDS) // 2
+    assert keyword_share(middle) == approx(
+        SHORT_KEYWORD_SHARE
+        + (1 - SHORT_KEYWORD_SHARE) * (middle - CONFIRM_WORDS) / (LONG_WORDS - CONFIRM_WORDS)
+    )
+    # The same signals: the short memory's keyword counts SHORT_KEYWORD_SHARE of the weight,
+    # over the same sum of weights.
+    short, long = fuse([Signals(0.6, 0.3, words=8), Signals(0.6, 0.3, words=LONG_WORDS)])
+    assert short.bm25 == long.bm25 == bounded_keyword(0.3)
+    assert short.relevance == approx(
+        (SEMANTIC_WEIGHT * 0.6 + SHORT_KEYWORD_SHARE * KEYWORD_WEIGHT * short.bm25)
+        / (SEMANTIC_WEIGHT + KEYWORD_WEIGHT)
+        / (1 + EVENT_PRIOR)
+    )
+    assert short.relevance < long.relevance
+    # Short, the memory closer in meaning outranks one that shares a word of the question with
+    # it; long, the shared word wins.
+    meant, shared = fuse([Signals(0.45, 0.0, words=12), Signals(0.28, 0.15, words=9)])
+    assert meant.relevance > shared.relevance
+    meant, shared = fuse([Signals(0.45, 0.0, words=90), Signals(0.28, 0.15, words=90)])
+    assert meant.relevance < shared.relevance
 
 
 def test_a_keyword_match_counts_as_far_as_the_meaning_confirms_it() -> None:
@@ -87,7 +116,7 @@ def test_a_keyword_match_counts_as_far_as_the_meaning_confirms_it() -> None:
     assert meant.bm25 == bounded_keyword(1.0)
     assert chance.bm25 == approx(bounded_keyword(1.0) * 0.05 / KEYWORD_CONFIRM)
     assert chance.relevance == approx(
-        (SEMANTIC_WEIGHT * 0.05 + KEYWORD_WEIGHT * chance.bm25)
+        (SEMANTIC_WEIGHT * 0.05 + SHORT_KEYWORD_SHARE * KEYWORD_WEIGHT * chance.bm25)
         / (SEMANTIC_WEIGHT + KEYWORD_WEIGHT)
         / (1 + EVENT_PRIOR)
     )
