@@ -131,13 +131,21 @@ ANSWER_GAP_WEIGHT = 5.0
 # for that model's cosines; a model not here (a hosted one) gets all-MiniLM-L6-v2's,
 # SCORE_MIDPOINT. all-mpnet-base-v2's scores stand further apart: at its own midpoint it keeps the
 # evidence by the rule and returns nothing for more questions about something never said
-# (docs/benchmarks.md, "The larger local model"). Its other constants are MiniLM's: a lower
-# keyword weight ranked the assistant sets better and LongMemEval worse.
-MIDPOINTS = {"local:all-mpnet-base-v2": 0.185}
+# (docs/benchmarks.md, "Both readings of a question, and the keyword's weight by length").
+MIDPOINTS = {"local:all-mpnet-base-v2": 0.22}
+# The keyword's share in a short memory by embedding model, else SHORT_KEYWORD_SHARE. For
+# all-mpnet-base-v2 any lower share (0.5, 0.75) ranked the assistant sets better and cost
+# LongMemEval's MRR (0.745 -> 0.722-0.723): its short memories keep the full keyword weight. Its
+# other constants are MiniLM's.
+SHORT_KEYWORD_SHARES = {"local:all-mpnet-base-v2": 1.0}
 
 
 def midpoint_for(model: str) -> float:
     return MIDPOINTS.get(model, SCORE_MIDPOINT)
+
+
+def short_keyword_share_for(model: str) -> float:
+    return SHORT_KEYWORD_SHARES.get(model, SHORT_KEYWORD_SHARE)
 
 
 @dataclass(frozen=True)
@@ -206,13 +214,13 @@ def confirmed(keyword: float, semantic: float, words: int = 0) -> float:
     return keyword * min(1.0, max(0.0, semantic) / bar)
 
 
-def keyword_share(words: int) -> float:
+def keyword_share(words: int, short: float = SHORT_KEYWORD_SHARE) -> float:
     """The share of KEYWORD_WEIGHT a memory of `words` words (0: unknown, counted as short)
-    gives its keyword signal (see above)."""
+    gives its keyword signal, `short` in a short memory (see above)."""
     if words <= CONFIRM_WORDS:
-        return SHORT_KEYWORD_SHARE
+        return short
     longer = min(1.0, (words - CONFIRM_WORDS) / (LONG_WORDS - CONFIRM_WORDS))
-    return SHORT_KEYWORD_SHARE + (1 - SHORT_KEYWORD_SHARE) * longer
+    return short + (1 - short) * longer
 
 
 def entity_strengths(
@@ -240,6 +248,7 @@ def fuse(
     similar_names: AbstractSet[str] = frozenset(),
     typical: float | None = None,
     midpoint: float = SCORE_MIDPOINT,
+    short_keyword_share: float = SHORT_KEYWORD_SHARE,
 ) -> list[Score]:
     """Return one Score per candidate, in the same order. Each depends on its own signals (and,
     through the entity rarity and the conversation prior, on the others') and on how far the
@@ -267,7 +276,11 @@ def fuse(
         for s, k, e in zip(semantic, keyword, entity, strict=True)
     ]
     base = [
-        (SEMANTIC_WEIGHT * s + KEYWORD_WEIGHT * keyword_share(c.words) * k + entity_weight * e)
+        (
+            SEMANTIC_WEIGHT * s
+            + KEYWORD_WEIGHT * keyword_share(c.words, short_keyword_share) * k
+            + entity_weight * e
+        )
         / weight
         for c, s, k, e in zip(candidates, semantic, keyword, entity, strict=True)
     ]

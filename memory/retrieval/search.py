@@ -65,6 +65,7 @@ from memory.retrieval.scoring import (
     Signals,
     fuse,
     midpoint_for,
+    short_keyword_share_for,
 )
 from memory.text.query import Query
 from memory.text.temporal import Window
@@ -332,6 +333,7 @@ def hybrid_search(
         similar_names=frozenset(n for row in rows for n in row[-1]).difference(names),
         typical=query.typical,
         midpoint=midpoint_for(query.model),
+        short_keyword_share=short_keyword_share_for(query.model),
     )
     # The threshold cuts on the score the caller sees (scoring: the fused relevance).
     relevant = [

@@ -286,6 +286,17 @@ def test_a_deployment_switches_to_the_other_local_model_and_back(client: Any) ->
         signals = (part["relevance"], part["distinctiveness"], part["answer_gap"])
         assert found["score"] == pytest.approx(scoring.calibrated(*signals, midpoint), abs=1e-5)
         assert abs(found["score"] - scoring.calibrated(*signals)) > 1e-3  # MiniLM's would differ
+        # Its short memories keep the keyword's full weight (scoring.SHORT_KEYWORD_SHARES): the
+        # fact alone in its add request, its relevance is its signals' weighted sum.
+        assert scoring.short_keyword_share_for(mpnet.name) == 1.0 != scoring.SHORT_KEYWORD_SHARE
+        assert part["bm25"] > 0
+        weights = scoring.SEMANTIC_WEIGHT + scoring.KEYWORD_WEIGHT + scoring.ENTITY_WEIGHT
+        summed = (
+            scoring.SEMANTIC_WEIGHT * part["semantic"]
+            + scoring.KEYWORD_WEIGHT * part["bm25"]
+            + scoring.ENTITY_WEIGHT * part["entity"]
+        )
+        assert part["relevance"] == pytest.approx(summed / weights, abs=1e-6)
         assert api.top("Rex", user_id="*") == "My dog is called Rex"  # the HNSW index path
         stored = stored_vector(api.project, "My dog is called Rex")
         expected = embeddings.build_embedder(mpnet).embed(["My dog is called Rex"])[0]

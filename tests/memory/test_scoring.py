@@ -36,6 +36,7 @@ from memory.retrieval.scoring import (
     fuse,
     keyword_share,
     midpoint_for,
+    short_keyword_share_for,
 )
 from memory.retrieval.search import WORDS_COUNTED
 from memory.search import DEFAULT_THRESHOLD
@@ -75,6 +76,21 @@ def test_the_relevance_is_the_weighted_sum_of_its_own_signals() -> None:
     assert score.relevance == expected / (1 + EVENT_PRIOR)  # no group: no prior share
     assert (score.semantic, score.bm25, score.entity) == (0.6, bounded_keyword(0.3), 0.0)
     assert score.score == calibrated(score.relevance, score.distinctiveness)
+
+
+def test_the_keyword_share_of_a_short_memory_is_the_embedding_models() -> None:
+    assert short_keyword_share_for("local:all-MiniLM-L6-v2") == SHORT_KEYWORD_SHARE
+    assert short_keyword_share_for("openai-compatible:text-embedding-3-small") == (
+        SHORT_KEYWORD_SHARE
+    )
+    mpnet = short_keyword_share_for("local:all-mpnet-base-v2")
+    assert mpnet == 1.0 and keyword_share(5, mpnet) == keyword_share(LONG_WORDS, mpnet) == 1.0
+    (short,) = fuse([Signals(0.6, 0.3, words=8)], short_keyword_share=mpnet)
+    assert short.relevance == approx(
+        (SEMANTIC_WEIGHT * 0.6 + KEYWORD_WEIGHT * bounded_keyword(0.3))
+        / (SEMANTIC_WEIGHT + KEYWORD_WEIGHT)
+        / (1 + EVENT_PRIOR)
+    )
 
 
 def test_a_short_memorys_keyword_weighs_less_than_a_long_ones() -> None:
