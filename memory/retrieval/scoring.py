@@ -9,8 +9,8 @@ little and a rare word a lot. Neither signal is stretched over the candidate set
 signal is the cosine itself (clamped at 0), the keyword signal is bounded as
 score / (score + KEYWORD_HALF) and counts fully only in a memory at least KEYWORD_CONFIRM close to
 the query in meaning (a long memory less), in proportion below (confirmed()). They are combined
-as a weighted sum over the sum of fixed weights, the keyword's weight halved in a short memory
-(keyword_share()). Candidates from the same conversation as a strong hit get
+as a weighted sum over the sum of fixed weights, the keyword's weight lowered in a short memory
+(keyword_share(), by embedding model). Candidates from the same conversation as a strong hit get
 a share of its score ("event prior", the hit's keyword at its full weight): the turns around a
 relevant turn are often relevant too. That is a memory's relevance.
 
@@ -90,9 +90,10 @@ CONFIRM_WORDS = 20
 # should not outweigh how close it is in meaning. A long one says many things and its vector
 # averages them, so the question's rare word in it tells more than the distance. The weights
 # are not renormalised: a short memory's relevance counts its keyword for less. On all four
-# sets together (docs/benchmarks.md, "The keyword's weight by length"): a share of 0.5 ranked
-# every set better; 0.4 ranked LoCoMo and LongMemEval worse than 0.5; a long length of 60-80
-# words ranked alike, 120 lost LongMemEval's MRR.
+# sets together (docs/benchmarks.md, "Both readings of a question, and the keyword's weight by
+# length"), for all-MiniLM-L6-v2: a share of 0.5 ranked every set better; 0.4 ranked LoCoMo and
+# LongMemEval worse than 0.5; a long length of 60-80 words ranked alike, 120 lost LongMemEval's
+# MRR. Another model may want another share (SHORT_KEYWORD_SHARES).
 SHORT_KEYWORD_SHARE = 0.5
 LONG_WORDS = 80
 # BM25's term-frequency saturation and length normalisation (the usual values; LoCoMo recall@10
