@@ -150,21 +150,22 @@ def first_person(text: str, own_names: Collection[str]) -> str:
     """The text as its own user or agent would say it: each of `own_names` read as "I" ("me"
     after a preposition), its possessive as "my", and the verbs next to it agreeing: "Where
     does Dana live?" -> "Where do I live?", "Is Dana's sister married?" -> "Is my sister
-    married?", "Is Dana allergic to nuts?" -> "Am I allergic to nuts?"."""
-    pattern = _names_pattern(own_names)
-    if pattern is None or pattern.search(text) is None:
+    married?", "Is Dana allergic to nuts?" -> "Am I allergic to nuts?". One pass over the text,
+    whatever its length and number of names."""
+    if not own_names:
         return text
+    pattern = re.compile(
+        rf"(?<!\w)(?:({PREPOSITIONS})(\s+))?({_alternatives(own_names)})(['\u2019]s)?(?!\w)",
+        re.IGNORECASE,
+    )
 
     def reading(match: re.Match[str]) -> str:
-        if match.group(2):
-            return "my"
-        before = re.search(r"(\w+)\s*$", text[: match.start()])
-        after_preposition = before is not None and re.fullmatch(
-            PREPOSITIONS, before.group(1), re.IGNORECASE
-        )
-        return "me" if after_preposition else "I"
+        preposition = (match[1] + match[2]) if match[1] else ""
+        return preposition + ("my" if match[4] else "me" if preposition else "I")
 
-    said = pattern.sub(reading, text)
+    said, found = pattern.subn(reading, text)
+    if not found:
+        return text
     said = _VERB_BEFORE.sub(lambda m: _cased(AGREEMENT[m[1].lower()], m[1]) + m[2], said)
     return _VERB_AFTER.sub(lambda m: m[1] + AGREEMENT[m[2].lower()], said)
 
@@ -179,9 +180,13 @@ def _names_pattern(own_names: Collection[str]) -> re.Pattern[str] | None:
     the longest first, with its possessive ("'s") as group 2; None without names."""
     if not own_names:
         return None
+    return re.compile(rf"(?<!\w)({_alternatives(own_names)})(['\u2019]s)?(?!\w)", re.IGNORECASE)
+
+
+def _alternatives(own_names: Collection[str]) -> str:
+    """`own_names` as a regular expression's alternatives, the longest first, any spacing."""
     names = sorted(own_names, key=len, reverse=True)
-    alternatives = "|".join(r"\s+".join(map(re.escape, name.split())) for name in names)
-    return re.compile(rf"(?<!\w)({alternatives})(['\u2019]s)?(?!\w)", re.IGNORECASE)
+    return "|".join(r"\s+".join(map(re.escape, name.split())) for name in names)
 
 
 def literal(vector: Sequence[float]) -> str:

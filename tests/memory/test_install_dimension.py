@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -63,10 +64,8 @@ def manage(name: str, *args: str, **extra: str) -> subprocess.CompletedProcess[s
     )  # fmt: skip
 
 
-@pytest.mark.django_db
-def test_a_deployment_installed_with_a_768_dimension_model(database: str) -> None:
-    migrated = manage(database, "migrate", "--no-input", "-v", "0", **HOSTED)
-    assert migrated.returncode == 0, migrated.stderr
+def installed(database: str) -> tuple[list[tuple[Any, ...]], str]:
+    """The embedding spaces the install recorded, and the HNSW index's definition."""
     with psycopg.connect(owner_dsn(database)) as db:
         space = db.execute(
             "SELECT name, embedder, url, model, dimensions, state FROM memory_embeddingspace"
@@ -75,11 +74,19 @@ def test_a_deployment_installed_with_a_768_dimension_model(database: str) -> Non
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_hnsw'"
         ).fetchone()
     assert index is not None
+    return space, str(index[0])
+
+
+@pytest.mark.django_db
+def test_a_deployment_installed_with_a_768_dimension_model(database: str) -> None:
+    migrated = manage(database, "migrate", "--no-input", "-v", "0", **HOSTED)
+    assert migrated.returncode == 0, migrated.stderr
+    space, index = installed(database)
     assert space == [(
         "openai-compatible:nomic-embed-text", "openai-compatible", "http://127.0.0.1:9/v1",
         "nomic-embed-text", 768, "current",
     )]  # fmt: skip
-    assert "(embedding)::vector(768)" in index[0]
+    assert "(embedding)::vector(768)" in index
     # The same settings start; the local model's (384) do not, saying what to do.
     assert manage(database, "check", "--database", "default", **HOSTED).returncode == 0
     refused = manage(database, "check", "--database", "default")
@@ -100,15 +107,9 @@ def test_a_deployment_installed_with_the_larger_local_model(database: str) -> No
     mpnet = {"ENGRAM_LOCAL_MODEL": "all-mpnet-base-v2"}
     migrated = manage(database, "migrate", "--no-input", "-v", "0", **mpnet)
     assert migrated.returncode == 0, migrated.stderr
-    with psycopg.connect(owner_dsn(database)) as db:
-        space = db.execute(
-            "SELECT name, embedder, url, model, dimensions, state FROM memory_embeddingspace"
-        ).fetchall()
-        index = db.execute(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_hnsw'"
-        ).fetchone()
+    space, index = installed(database)
     assert space == [("local:all-mpnet-base-v2", "local", "", "all-mpnet-base-v2", 768, "current")]
-    assert index is not None and "(embedding)::vector(768)" in index[0]
+    assert "(embedding)::vector(768)" in index
     assert manage(database, "check", "--database", "default", **mpnet).returncode == 0
     refused = manage(database, "check", "--database", "default")
     assert refused.returncode != 0 and "memory.E001" in refused.stderr

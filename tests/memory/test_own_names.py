@@ -150,6 +150,14 @@ def test_first_person_reads_the_question_in_the_users_own_words(text: str, said:
     assert first_person(text, {"dana", "mary", "mary jane"}) == said
 
 
+def test_first_person_reads_a_long_query_of_names() -> None:
+    """A 4,000-character query of names, each after a preposition or not (read in one pass of
+    the pattern: the first version looked back once per name, 106 ms for the second one)."""
+    said = first_person("to Dana " * 500, {"dana"})
+    assert said == "to me " * 500
+    assert first_person("Dana " * 800, {"dana"}).split() == ["I"] * 800
+
+
 class OwnNamesTestCase(BaseTestCase):
     memories: ClassVar[list[Memory]]
 
