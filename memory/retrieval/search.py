@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -316,7 +317,7 @@ def hybrid_search(
     rows = fetch_all(sql, params)
     # Fusion needs every candidate's signals; model instances are built for the winners only.
     # A raw message's conversation (across add requests), else the request it came in.
-    scores = fuse(
+    scores = score_candidates(
         [
             Signals(
                 row[-3],
@@ -328,12 +329,7 @@ def hybrid_search(
             )
             for row in rows
         ],
-        entity_weight=ENTITY_WEIGHT,
-        # What the candidates are linked to beyond the query's own names was matched by meaning.
-        similar_names=frozenset(n for row in rows for n in row[-1]).difference(names),
-        typical=query.typical,
-        midpoint=midpoint_for(query.model),
-        short_keyword_share=short_keyword_share_for(query.model),
+        query,
     )
     # The threshold cuts on the score the caller sees (scoring: the fused relevance).
     relevant = [
@@ -341,6 +337,22 @@ def hybrid_search(
     ]
     relevant.sort(key=lambda pair: pair[1].score, reverse=True)
     return [ScoredMemory(_memory(row), score) for row, score in relevant[:top_k]]
+
+
+def score_candidates(candidates: Sequence[Signals], query: Query) -> list[Score]:
+    """The candidates' scores for `query`, in their order: scoring.fuse() with the entity
+    signal's weight and the constants of the query's embedding model. bench/replay.py scores
+    recorded searches through it."""
+    names = frozenset(query.names)
+    return fuse(
+        candidates,
+        entity_weight=ENTITY_WEIGHT,
+        # What the candidates are linked to beyond the query's own names was matched by meaning.
+        similar_names=frozenset(n for c in candidates for n in c.entities).difference(names),
+        typical=query.typical,
+        midpoint=midpoint_for(query.model),
+        short_keyword_share=short_keyword_share_for(query.model),
+    )
 
 
 def _scope_where(queryset: MemoryQuerySet) -> tuple[str, tuple[Any, ...]]:
