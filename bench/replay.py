@@ -50,7 +50,7 @@ import django  # noqa: E402
 django.setup()
 
 from memory.retrieval import scoring  # noqa: E402
-from memory.retrieval.search import score_candidates  # noqa: E402
+from memory.retrieval import search as retrieval  # noqa: E402
 from memory.search import DEFAULT_THRESHOLD  # noqa: E402
 from memory.text.query import Query  # noqa: E402
 
@@ -72,7 +72,7 @@ class Search:
 
     def ranked(self, threshold: float) -> list[dict[str, Any]]:
         """The metadata of the memories returned at `threshold`, best first."""
-        scores = [s.score for s in score_candidates(self.signals, self.query)]
+        scores = [s.score for s in retrieval.score_candidates(self.signals, self.query)]
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
         return [self.metadata[i] for i in order if scores[i] >= threshold]
 
@@ -215,7 +215,10 @@ def override(assignments: list[str]) -> None:
         current = getattr(scoring, name, None)
         if not isinstance(current, int | float):
             sys.exit(f"--set {assignment}: memory.retrieval.scoring has no numeric constant {name}")
-        setattr(scoring, name, type(current)(value))
+        # search imports some of scoring's constants by name (ENTITY_WEIGHT): its copy too.
+        for module in (scoring, retrieval):
+            if getattr(module, name, None) is current:
+                setattr(module, name, type(current)(value))
 
 
 def main() -> None:
