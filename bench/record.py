@@ -42,6 +42,8 @@ ID, USER, TEXT, METADATA = (
     search.FIELD_NAMES.index(n) for n in ("id", "user_id", "text", "metadata")
 )
 
+if not os.environ.get("ENGRAM_RECORD_FILE"):
+    raise SystemExit("bench/record.py: set ENGRAM_RECORD_FILE to the file the searches go to")
 _out = Path(os.environ["ENGRAM_RECORD_FILE"]).open("a", buffering=1)  # noqa: SIM115 (the process's)
 _rows = threading.local()
 _score_candidates = search.score_candidates

@@ -32,6 +32,7 @@ import statistics
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +71,16 @@ class Search:
     signals: list[scoring.Signals]
     metadata: list[dict[str, Any]]
 
-    def ranked(self, threshold: float) -> list[dict[str, Any]]:
-        """The metadata of the memories returned at `threshold`, best first."""
+    @cached_property
+    def scored(self) -> list[tuple[float, dict[str, Any]]]:
+        """Each candidate's score under the constants as changed, and its metadata, best first."""
         scores = [s.score for s in retrieval.score_candidates(self.signals, self.query)]
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
-        return [self.metadata[i] for i in order if scores[i] >= threshold]
+        return [(scores[i], self.metadata[i]) for i in order]
+
+    def ranked(self, threshold: float) -> list[dict[str, Any]]:
+        """The metadata of the memories returned at `threshold`, best first."""
+        return [meta for score, meta in self.scored if score >= threshold]
 
 
 def recorded(path: Path) -> Iterator[Search]:
@@ -115,7 +121,7 @@ def share(flags: list[bool]) -> float:
 
 def assistant(searches: list[Search], path: Path, threshold: float) -> str | None:
     personas = {p["user_id"]: p for p in json.loads(path.read_text())["personas"]}
-    named, kept_at_0, kept, empty = [], [], [], []
+    named, kept, empty = [], [], []
     for search in searches:
         persona = personas.get(SCOPES.fullmatch(search.user)["persona"])  # type: ignore[index]
         if persona is None:
@@ -127,7 +133,6 @@ def assistant(searches: list[Search], path: Path, threshold: float) -> str | Non
                 if item["kind"] == "named":
                     named.append(bool(first) and first[0] in answers)
                 if answers & set(first):
-                    kept_at_0.append(True)
                     kept.append(
                         bool(answers & {m.get("fact") for m in search.ranked(threshold)[:10]})
                     )
@@ -179,7 +184,7 @@ def longmemeval(searches: list[Search], threshold: float) -> str:
         q["question_id"]: q
         for q in json.loads((SHARED / "longmemeval-dev.json").read_text())["questions"]
     }
-    hit_at_0, kept, every, mrr, other = [], [], [], [], []
+    kept, every, mrr, other = [], [], [], []
     asked = {q["question"] for q in data.values()}
     for search in searches:
         question = data[SCOPES.fullmatch(search.user)["question"]]  # type: ignore[index]
@@ -200,7 +205,6 @@ def longmemeval(searches: list[Search], threshold: float) -> str:
         first = next((i for i, hit in enumerate(hits, 1) if hit), None)
         mrr.append(1 / first if first else 0.0)
         if any(hits[:10]):
-            hit_at_0.append(True)
             at = [identities({"metadata": m}) for m in search.ranked(threshold)[:10]]
             kept.append(any(flag or bool(turns & evidence) for flag, turns in at))
     return (
@@ -216,10 +220,14 @@ def override(assignments: list[str]) -> None:
         current = getattr(scoring, name, None)
         if not isinstance(current, int | float):
             sys.exit(f"--set {assignment}: memory.retrieval.scoring has no numeric constant {name}")
+        try:
+            changed = type(current)(value)
+        except ValueError:
+            sys.exit(f"--set {assignment}: {name} takes a {type(current).__name__}")
         # search imports some of scoring's constants by name (ENTITY_WEIGHT): its copy too.
         for module in (scoring, retrieval):
             if getattr(module, name, None) is current:
-                setattr(module, name, type(current)(value))
+                setattr(module, name, changed)
 
 
 def main() -> None:
