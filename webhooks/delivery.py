@@ -3,10 +3,14 @@
 The attempt is counted when it is claimed, in a transaction of its own, so an attempt that
 fails in any way (the worker killed mid-request included) still counts, and a delivery has at
 most ENGRAM_WEBHOOK_MAX_ATTEMPTS: the job always ends. The POST is made outside any
-transaction, with ENGRAM_WEBHOOK_TIMEOUT for each step (connect, send, each read) and for the
-answer counted from the start, no redirect followed, no proxy from the environment, to an
-address checked just before (webhooks.addresses); of the answer, only its status and the first
-RESPONSE_PREFIX_CHARS characters are kept.
+transaction, within ENGRAM_WEBHOOK_TIMEOUT for the whole exchange (connect, send, status,
+headers, the answer's first characters: config.outbound), no redirect followed, no proxy from
+the environment, to an address checked just before (webhooks.addresses); of the answer, only
+its status and the first RESPONSE_PREFIX_CHARS characters are kept.
+
+Every attempt's outcome is recorded, a timeout as a failure: one the worker's time limit or
+shutdown interrupts is recorded before the interruption goes on, and one whose worker died
+(its lease ran out with no outcome) is recorded as failed when the delivery is next claimed.
 
 Success is any 2xx. Anything else is a failed attempt: the delivery is tried again after an
 exponential backoff with jitter, until its last attempt (then FAILED); the webhook counts
@@ -27,6 +31,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
+from config.outbound import deadline_client
 from tenants.db import project_context
 from webhooks.addresses import UrlError, addresses
 from webhooks.models import RESPONSE_PREFIX_CHARS, Delivery, Webhook
@@ -89,6 +94,9 @@ def attempt(delivery_id: uuid.UUID, project_id: uuid.UUID) -> float | None:
         outcome = post(claimed, body)
     except Exception as exc:  # any failure is this attempt's, recorded: the job ends
         outcome = Outcome(None, f"{type(exc).__name__}: {exc}"[:500], "", 0)
+    except BaseException as exc:  # the worker's time limit or shutdown: recorded, then let go
+        record(claimed, Outcome(None, f"interrupted: {type(exc).__name__}"[:500], "", 0))
+        raise
     return record(claimed, outcome)
 
 
@@ -109,6 +117,10 @@ def claim(delivery_id: uuid.UUID, project_id: uuid.UUID) -> Claimed | None:
         held = delivery.lease_until is not None and delivery.lease_until > now
         if held or delivery.next_attempt_at > now + timedelta(seconds=1) or not webhook.enabled:
             return None
+        if delivery.lease_until is not None:  # the last attempt's worker died mid-attempt
+            webhook = _lost_attempt(delivery, now)
+            if not webhook.enabled:
+                return None
         if delivery.attempts >= settings.ENGRAM_WEBHOOK_MAX_ATTEMPTS:
             _finish(delivery, Delivery.Status.FAILED, "no attempts left", now)
             return None
@@ -121,6 +133,23 @@ def claim(delivery_id: uuid.UUID, project_id: uuid.UUID) -> Claimed | None:
             delivery.id, project_id, delivery.event_type, webhook.url, webhook.secret,
             delivery.attempts,
         )  # fmt: skip
+
+
+def _lost_attempt(delivery: Delivery, now: datetime) -> Webhook:
+    """Record the attempt a dead worker claimed and never finished, as a failed one; the
+    webhook, locked, as that leaves it (disabled at ENGRAM_WEBHOOK_DISABLE_AFTER)."""
+    webhook = Webhook.objects.select_for_update().get(pk=delivery.webhook_id)
+    lost = Outcome(
+        None, f"attempt {delivery.attempts} ended with its worker (lease expired)", "", 0
+    )
+    delivery.last_status, delivery.last_error, delivery.lease_until = None, lost.error, None
+    delivery.save(update_fields=["last_status", "last_error", "lease_until"])
+    webhook.consecutive_failures += 1
+    _maybe_disable(webhook, lost, now)
+    webhook.save(
+        update_fields=["consecutive_failures", "enabled", "disabled_at", "disabled_reason"]
+    )
+    return webhook
 
 
 def _finish(delivery: Delivery, status: str, error: str, now: datetime) -> None:
@@ -140,7 +169,9 @@ def drop(claimed: Claimed, reason: str) -> None:
 
 
 def post(claimed: Claimed, body: bytes) -> Outcome:
-    """POST the signed body to the webhook's URL, at an address checked now."""
+    """POST the signed body to the webhook's URL, at an address checked now, the whole exchange
+    (every address tried, the answer's status, headers and first characters) within
+    ENGRAM_WEBHOOK_TIMEOUT (config.outbound)."""
     started = time.monotonic()
     timeout = settings.ENGRAM_WEBHOOK_TIMEOUT
     try:
@@ -161,7 +192,7 @@ def post(claimed: Claimed, body: bytes) -> Outcome:
     # machine without IPv6); TLS still names and verifies the URL's host.
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     error = ""
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    with deadline_client(timeout) as client:
         for address in checked:
             request = client.build_request(
                 "POST", url.copy_with(host=address), content=body, headers=headers,
@@ -170,7 +201,7 @@ def post(claimed: Claimed, body: bytes) -> Outcome:
             try:
                 response = client.send(request, stream=True)
                 try:
-                    prefix, status = _prefix(response, started + timeout), response.status_code
+                    prefix, status = _prefix(response), response.status_code
                 finally:
                     response.close()
             except httpx.ConnectError as exc:
@@ -178,8 +209,6 @@ def post(claimed: Claimed, body: bytes) -> Outcome:
                 continue
             except httpx.HTTPError as exc:
                 return Outcome(None, f"{type(exc).__name__}: {exc}"[:500], "", _ms(started))
-            except TimeoutError:
-                return Outcome(None, f"no complete answer within {timeout} s", "", _ms(started))
             refusal = "" if 200 <= status < 300 else _refusal(status)
             return Outcome(status, refusal, prefix, _ms(started))
     return Outcome(None, error, "", _ms(started))
@@ -191,15 +220,13 @@ def _refusal(status: int) -> str:
     return f"the receiver answered {status}"
 
 
-def _prefix(response: httpx.Response, deadline: float) -> str:
-    """The answer's first characters, read within the deadline (the rest is not read)."""
+def _prefix(response: httpx.Response) -> str:
+    """The answer's first characters (the rest is not read)."""
     data = b""
     for chunk in response.iter_bytes(1024):
         data += chunk
-        if len(data) >= RESPONSE_PREFIX_CHARS * 4 or time.monotonic() > deadline:
+        if len(data) >= RESPONSE_PREFIX_CHARS * 4:
             break
-    if time.monotonic() > deadline:
-        raise TimeoutError
     return data.decode("utf-8", "replace")[:RESPONSE_PREFIX_CHARS]
 
 

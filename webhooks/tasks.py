@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import dramatiq
+from django.conf import settings
 
 from memory import jobs
 from webhooks import delivery
@@ -19,7 +20,9 @@ def _retry_when(retries: int, exception: BaseException) -> bool:
     actor_name=jobs.DELIVER_WEBHOOK.actor_name,
     queue_name=jobs.DELIVER_WEBHOOK.queue_name,
     retry_when=_retry_when,
-    time_limit=5 * 60 * 1000,
+    # An attempt's exchange ends within ENGRAM_WEBHOOK_TIMEOUT (webhooks.delivery.post); the
+    # limit is a backstop past it, for the database work around it, as the claim's lease is.
+    time_limit=(settings.ENGRAM_WEBHOOK_TIMEOUT + delivery.LEASE_MARGIN_SECONDS) * 1000,
 )
 def deliver_webhook(delivery_id: str, project_id: str) -> None:
     """One attempt at a delivery; a failed one that may be tried again raises Retry with the

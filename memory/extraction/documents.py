@@ -5,8 +5,9 @@ fetch is the one request engram makes on a caller's behalf, so it is fenced (no 
 request forgery): only hosts the operator lists in ENGRAM_FETCH_ALLOWED_HOSTS (checked again
 here: the setting may have changed since the request, and on the URL exactly as httpx will
 send it), no redirects, no proxy from the environment, ENGRAM_FETCH_TIMEOUT for the whole
-download, at most ENGRAM_MAX_DOCUMENT_BYTES for the request's documents together (counted while
-reading, after decompression), `text/*` only, UTF-8.
+exchange (connect, status, headers and body: config.outbound), at most
+ENGRAM_MAX_DOCUMENT_BYTES for the request's documents together (counted while reading, after
+decompression), `text/*` only, UTF-8.
 
 A document that cannot be had on a retry either (a 4xx, a redirect, too big, not text, not
 UTF-8, a host no longer allowed) raises DocumentError, a ValueError: the pipeline fails the event
@@ -17,12 +18,12 @@ event is retried with backoff, until ENGRAM_EVENT_MAX_ATTEMPTS.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 import httpx
 from django.conf import settings
 
+from config.outbound import deadline_client
 from memory.extraction.llm.types import Context, Turn
 from memory.parts import PartError, decode_base64, document_text, host_and_port, may_fetch
 
@@ -76,10 +77,8 @@ def fetch(url: str, limit: int) -> bytes:
     """GET a document from an allowed host: at most `limit` bytes of `text/*`, no redirects."""
     if not may_fetch(url):
         raise PartError(f"{url}: the host is not in ENGRAM_FETCH_ALLOWED_HOSTS")
-    timeout = settings.ENGRAM_FETCH_TIMEOUT
-    deadline = time.monotonic() + timeout
     headers = {"Accept": "text/plain, text/markdown, text/*;q=0.9", "User-Agent": "engram"}
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    with deadline_client(settings.ENGRAM_FETCH_TIMEOUT) as client:
         request = client.build_request("GET", url, headers=headers)
         # The host httpx will connect to must be the one the allow-list matched.
         if (request.url.host.rstrip("."), request.url.port or _default(request.url)) != (
@@ -91,7 +90,7 @@ def fetch(url: str, limit: int) -> bytes:
         except httpx.HTTPError as exc:
             raise DocumentUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from None
         try:
-            return _body(url, response, limit, deadline)
+            return _body(url, response, limit)
         except httpx.HTTPError as exc:
             raise DocumentUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from None
         finally:
@@ -109,7 +108,7 @@ def _default(url: httpx.URL) -> int:
     return 443 if url.scheme == "https" else 80
 
 
-def _body(url: str, response: httpx.Response, limit: int, deadline: float) -> bytes:
+def _body(url: str, response: httpx.Response, limit: int) -> bytes:
     status = response.status_code
     if status >= 500 or status in RETRYABLE_STATUS:
         raise DocumentUnavailableError(f"{url}: the server answered {status}")
@@ -131,8 +130,4 @@ def _body(url: str, response: httpx.Response, limit: int, deadline: float) -> by
         body += chunk
         if len(body) > limit:
             raise PartError(f"{url}: the document is longer, {_over(limit)}")
-        if time.monotonic() > deadline:
-            raise DocumentUnavailableError(
-                f"{url}: the download took over {settings.ENGRAM_FETCH_TIMEOUT} s"
-            )
     return bytes(body)

@@ -26,6 +26,8 @@ from tests.base import BaseTestCase
 from tests.config.test_env import KEY, start_django
 from tests.fake_anthropic import FakeClaude, Reply
 from tests.local_server import serving
+from tests.memory.test_events import wait_for
+from tests.webhooks.receiver import receiving
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(17)
 PNG_URI = "data:image/png;base64," + base64.b64encode(PNG).decode()
@@ -353,6 +355,20 @@ class MultimodalTestCase(BaseTestCase):
         delay, last = self.attempt(event)
         assert (delay, last.status, last.attempts) == (None, "FAILED", 2)
         assert self.docs.hits == ["/busy.txt", "/busy.txt"]
+
+    def test_a_server_that_drips_its_answer_is_cut_off_at_the_timeout(self) -> None:
+        # One byte every 0.3 s: no read waits a second; the whole answer would take 15 s.
+        with (
+            receiving("drip", delay=0.3) as slow,
+            override_settings(ENGRAM_FETCH_ALLOWED_HOSTS=[slow.host], ENGRAM_FETCH_TIMEOUT=1),
+        ):
+            event = self.queued(part("txt_url", f"http://{slow.host}/notes.txt"))
+            delay, done = self.attempt(event)
+            assert wait_for(lambda: bool(slow.dripped), seconds=10)
+        assert (done.status, done.attempts, delay is not None) == ("PENDING", 1, True)
+        assert "DocumentUnavailableError" in done.error
+        assert "deadline of 1 s" in done.error
+        assert slow.dripped[0] < 20  # the worker hung up long before the answer's end
 
     # --- images and PDFs --------------------------------------------------------------------
 

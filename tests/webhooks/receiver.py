@@ -1,7 +1,8 @@
 """A real HTTP receiver for webhook tests: http.server in a thread, on a loopback port.
 
 `mode` says how it answers: "ok" (204), "error" (500), "slow" (answers after `delay`
-seconds), "redirect" (302 to /elsewhere). Every request is kept (path, headers, body), and
+seconds), "redirect" (302 to /elsewhere), "drip" (a 200 sent one byte every `delay` seconds,
+so that no single read waits long). Every request is kept (path, headers, body), and
 `verify` checks one the way a receiver should (docs/webhooks.md).
 """
 
@@ -31,6 +32,7 @@ class Receiver:
     mode: str = "ok"
     delay: float = 0.0
     requests: list[Received] = field(default_factory=list)
+    dripped: list[int] = field(default_factory=list)  # bytes of each drip sent before it ended
 
     @property
     def url(self) -> str:
@@ -63,6 +65,9 @@ def receiving(mode: str = "ok", delay: float = 0.0) -> Iterator[Receiver]:
             receiver.requests.append(Received(self.path, dict(self.headers.items()), body))
             if receiver.mode == "slow":
                 time.sleep(receiver.delay)
+            if receiver.mode == "drip":
+                self.drip(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                return
             status = {"ok": 204, "error": 500, "slow": 200, "redirect": 302}[receiver.mode]
             self.send_response(status)
             if status == 302:
@@ -73,6 +78,26 @@ def receiving(mode: str = "ok", delay: float = 0.0) -> Iterator[Receiver]:
             self.end_headers()
             if reply:
                 self.wfile.write(reply)
+
+        def do_GET(self) -> None:  # a document server (memory.extraction.documents)
+            if receiver.mode == "drip":
+                self.drip(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nok")
+                return
+            self.send_response(404)
+            self.end_headers()
+
+        def drip(self, answer: bytes) -> None:
+            self.close_connection = True
+            sent = 0
+            try:
+                for byte in answer:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    sent += 1
+                    time.sleep(receiver.delay)
+            except OSError:  # the client hung up
+                pass
+            receiver.dripped.append(sent)
 
         def log_message(self, format: str, *args: object) -> None:
             pass

@@ -22,9 +22,10 @@ from memory.models import Memory, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts
+from tests.memory.test_events import wait_for
 from tests.webhooks.receiver import closed_port, receiving, verify
 from webhooks import actions as webhook_actions
-from webhooks.delivery import attempt, backoff, sign
+from webhooks.delivery import attempt, backoff, claim, sign
 from webhooks.models import EVENT_TYPES, Delivery, Webhook
 
 
@@ -271,6 +272,46 @@ class DeliveryTestCase(WebhookTestCase):
         failed = self.refreshed(delivery)
         assert (failed.status, failed.last_status) == ("PENDING", None)
         assert "Timeout" in failed.last_error
+
+    def test_a_receiver_that_drips_its_answer_fails_at_the_timeout(self) -> None:
+        # One byte every 0.4 s: no read waits a second, the whole answer would take 16 s.
+        with (
+            receiving("drip", delay=0.4) as receiver,
+            override_settings(ENGRAM_FETCH_ALLOWED_HOSTS=[receiver.host], ENGRAM_WEBHOOK_TIMEOUT=1),
+        ):
+            self.hook(receiver.url, ("memory_add",))
+            self.add()
+            [delivery] = self.deliveries()
+            assert self.run_due(delivery) is not None
+            assert wait_for(lambda: bool(receiver.dripped), seconds=10)
+        failed = self.refreshed(delivery)
+        assert (failed.status, failed.last_status) == ("PENDING", None)
+        assert "deadline of 1 s" in failed.last_error
+        assert failed.webhook.consecutive_failures == 1
+        [sent] = receiver.dripped  # the worker hung up long before the answer's end
+        assert sent < 12, sent
+
+    def test_an_attempt_whose_worker_died_is_recorded_as_failed(self) -> None:
+        with (
+            receiving() as receiver,
+            override_settings(
+                ENGRAM_FETCH_ALLOWED_HOSTS=[receiver.host], ENGRAM_WEBHOOK_DISABLE_AFTER=1
+            ),
+        ):
+            self.hook(receiver.url, ("memory_add",))
+            self.add()
+            [delivery] = self.deliveries()
+            assert claim(delivery.pk, self.pid) is not None  # a worker takes it, and dies
+            with project_context(self.pid):
+                expired = timezone.now() - timedelta(seconds=1)
+                Delivery.objects.filter(pk=delivery.pk).update(lease_until=expired)
+            assert self.run_due(delivery) is None  # the lost attempt disabled the webhook
+        lost = self.refreshed(delivery)
+        assert (lost.status, lost.attempts, lost.lease_until) == ("PENDING", 1, None)
+        assert "ended with its worker" in lost.last_error
+        assert (lost.webhook.enabled, lost.webhook.consecutive_failures) == (False, 1)
+        assert "ended with its worker" in lost.webhook.disabled_reason
+        assert receiver.requests == []
 
     def test_a_redirect_is_not_followed(self) -> None:
         with (
