@@ -370,13 +370,16 @@ for _entry in ENGRAM_FETCH_ALLOWED_HOSTS:
             f"ENGRAM_FETCH_ALLOWED_HOSTS: {_entry!r} is not a host or host:port (no scheme, path "
             "or wildcard)."
         )
-# Seconds a document fetch may take (connect, and the whole download).
+# Seconds a document fetch may take, the whole exchange (connect, status, headers, download).
 ENGRAM_FETCH_TIMEOUT = env_int("ENGRAM_FETCH_TIMEOUT", 10, minimum=1)
-# Webhooks (webhooks/, docs/webhooks.md): seconds for each step of a POST and for its answer;
-# attempts at one delivery before it is FAILED; failed attempts in a row that disable a webhook.
+# Webhooks (webhooks/, docs/webhooks.md): seconds for one attempt's whole exchange (connect,
+# send, status, headers, the answer's first characters); attempts at one delivery before it is
+# FAILED; failed attempts in a row that disable a webhook; how many of one project's deliveries
+# the webhook workers attempt at once (the others wait their turn, other projects' do not).
 ENGRAM_WEBHOOK_TIMEOUT = env_int("ENGRAM_WEBHOOK_TIMEOUT", 10, minimum=1)
 ENGRAM_WEBHOOK_MAX_ATTEMPTS = env_int("ENGRAM_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 ENGRAM_WEBHOOK_DISABLE_AFTER = env_int("ENGRAM_WEBHOOK_DISABLE_AFTER", 20, minimum=1)
+ENGRAM_WEBHOOK_PROJECT_CONCURRENCY = env_int("ENGRAM_WEBHOOK_PROJECT_CONCURRENCY", 2, minimum=1)
 # User profiles (memory.extraction.profiles): rebuilt this long after the last change to the
 # user's memories, and at most once per such window.
 ENGRAM_PROFILE_DEBOUNCE_SECONDS = env_int("ENGRAM_PROFILE_DEBOUNCE_SECONDS", 60, minimum=1)
@@ -476,6 +479,9 @@ ENGRAM_EVENT_LEASE_SECONDS = env_int(
 # The extraction worker's processes are restarted after this many messages each (plus up to a
 # tenth more, at random): a backstop against memory a long-lived process gathers. 0: never.
 ENGRAM_WORKER_MAX_TASKS = env_int("ENGRAM_WORKER_MAX_TASKS", 2_000, minimum=0)
+# A worker process that has not reported for this many seconds is dead to the broker: the
+# messages it held go back to their queue (dramatiq-postgres's reaper; reports every quarter).
+ENGRAM_WORKER_HEARTBEAT_SECONDS = env_int("ENGRAM_WORKER_HEARTBEAT_SECONDS", 60, minimum=4)
 
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -19,11 +19,16 @@ import dramatiq
 
 
 class Job:
-    """One actor of the worker, by name; `send` enqueues a message for it, at once."""
+    """One actor of the worker, by name; `send` enqueues a message for it, at once.
 
-    def __init__(self, actor_name: str, queue_name: str) -> None:
+    `project_arg` is the position of the project id among its arguments: the worker claims
+    each queue's messages fairly between projects by it (memory.extraction.broker).
+    """
+
+    def __init__(self, actor_name: str, queue_name: str, project_arg: int = 1) -> None:
         self.actor_name = actor_name
         self.queue_name = queue_name
+        self.project_arg = project_arg
 
     def __repr__(self) -> str:
         return f"Job({self.actor_name!r}, {self.queue_name!r})"
@@ -49,7 +54,7 @@ PROCESS_EVENT = Job("process_event", "events")
 # The scope's running summary folds in an event's messages (event id, project id).
 REFRESH_SUMMARY = Job("refresh_summary", "summaries")
 # Stored memories are linked to the entities they mention (project id, [memory id, ...]).
-LINK_ENTITIES = Job("link_entities", "entities")
+LINK_ENTITIES = Job("link_entities", "entities", project_arg=0)
 # An erasure asked through the API (erasure request id, project id).
 ERASE_USER = Job("erase_user", "erasures")
 # One attempt at a webhook delivery (delivery id, project id); webhooks.tasks, retried by itself.
@@ -58,3 +63,17 @@ DELIVER_WEBHOOK = Job("deliver_webhook", "webhooks")
 # project id), or a refresh after their memories changed (profile row id, project id).
 RUN_PROFILE_JOB = Job("run_profile_job", "profiles")
 REFRESH_PROFILE = Job("refresh_profile", "profiles")
+
+JOBS = (
+    PROCESS_EVENT, REFRESH_SUMMARY, LINK_ENTITIES, ERASE_USER, DELIVER_WEBHOOK, RUN_PROFILE_JOB,
+    REFRESH_PROFILE,
+)  # fmt: skip
+
+
+def project_args() -> dict[str, int]:
+    """Each queue's position of the project id in its messages' arguments."""
+    found: dict[str, int] = {}
+    for job in JOBS:
+        if found.setdefault(job.queue_name, job.project_arg) != job.project_arg:
+            raise ValueError(f"{job}: the queue's jobs place the project id apart")
+    return found

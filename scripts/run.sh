@@ -14,9 +14,10 @@ PIDS="$LOCAL/run.pids"
 stop() {
     if [ -f "$PIDS" ]; then
         pids=$(cat "$PIDS")
-        # A graceful stop first (the worker finishes its message), while Postgres still runs.
+        # A graceful stop first (supervisord stops each process in turn; the workers finish
+        # their messages), while Postgres still runs.
         for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
-        for _ in $(seq 1 30); do
+        for _ in $(seq 1 150); do
             alive=""
             for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done
             [ -z "$alive" ] && break
@@ -47,16 +48,13 @@ mint_key() {
 
 trap 'echo; echo "Stopping…"; stop; exit 0' INT TERM
 
-# Workers, threads, JSON error replies and the access log format: config/gunicorn_conf.py
-# (ENGRAM_WEB_WORKERS, ENGRAM_WEB_THREADS).
-"$BIN/gunicorn" -c config/gunicorn_conf.py --bind "127.0.0.1:$PORT" &
-echo $! >> "$PIDS"
-
-# The extraction worker (Dramatiq on the Postgres broker) and the sweeper that re-sends events
-# whose message was lost or whose worker died. More workers: run more of the first command.
-"$BIN/dramatiq" config.worker --processes 1 --threads "${ENGRAM_WORKER_THREADS:-2}" &
-echo $! >> "$PIDS"
-"$BIN/python" manage.py sweep_events --loop 30 -v 0 &
+# The web server, the two workers (extraction and the rest; webhook deliveries on threads of
+# their own) and the sweeper, under supervisord, which starts again whichever exits (a worker
+# process killed by the OOM killer included): config/supervisord.conf.
+export ENGRAM_ROOT="$ROOT" ENGRAM_BIN="$BIN" ENGRAM_RUN_DIR="$LOCAL" ENGRAM_BIND="127.0.0.1:$PORT"
+export ENGRAM_WORKER_THREADS="${ENGRAM_WORKER_THREADS:-2}" ENGRAM_WEBHOOK_THREADS="${ENGRAM_WEBHOOK_THREADS:-4}"
+export ENGRAM_SWEEP_SECONDS="${ENGRAM_SWEEP_SECONDS:-30}"
+"$BIN/supervisord" -c config/supervisord.conf &
 echo $! >> "$PIDS"
 
 for _ in $(seq 1 50); do
@@ -77,7 +75,8 @@ case "${ENGRAM_LLM_PROVIDER:-auto}" in
 esac
 cat <<MSG
 
-  engram is running (web server, extraction worker: $EXTRACTOR).
+  engram is running (web server, extraction worker: $EXTRACTOR, webhook worker, sweeper;
+  each started again if it exits: .venv/bin/supervisorctl -s unix://.local/supervisor.sock status).
     API       http://127.0.0.1:$PORT/        (Mem0-compatible; try /v1/ping/)
     API docs  http://127.0.0.1:$PORT/api/docs/
     API key   $(cat "$KEY_FILE")

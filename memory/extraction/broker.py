@@ -19,6 +19,7 @@ from typing import Any
 
 import dramatiq
 import tenacity
+from django.conf import settings
 from dramatiq.common import current_millis, dq_name
 from dramatiq.message import Message
 from dramatiq.middleware import default_middleware
@@ -29,6 +30,8 @@ from dramatiq_postgres.utils import raise_connection_error, tidy4json, transacti
 from psycopg import DatabaseError, InterfaceError
 from psycopg.types.json import Json
 from psycopg_pool import PoolTimeout
+
+from memory import jobs
 
 SCHEMA = "dramatiq"
 SEND_BUDGET_SECONDS = 3.0
@@ -66,23 +69,28 @@ class Broker(PostgresBroker):  # type: ignore[misc]  # dramatiq_postgres has no 
         return FairConsumer(broker=self, queue_name=queue_name, prefetch=prefetch, timeout=timeout)
 
 
-# Queues whose messages carry a project id as their second argument, claimed fairly.
-FAIR_QUEUES = frozenset({"events"})
+# Every queue's messages carry a project id (memory.jobs: its position in the arguments), and
+# every queue is claimed fairly between projects. Webhook deliveries, which a receiver the
+# project chose may hold for up to ENGRAM_WEBHOOK_TIMEOUT each, also have a cap on how many of a
+# project's a worker may hold at once (ENGRAM_WEBHOOK_PROJECT_CONCURRENCY). Delay queues
+# (".DQ") are not claimed here: their messages only wait for their time, then come back here.
+FAIR_QUEUES = jobs.project_args()
 # The claim of dramatiq-postgres (oldest due message first), but fair between projects: it
 # takes the oldest due message of each project (DISTINCT ON), and serves first the projects
-# with the fewest messages held by workers right now, the oldest head first among equals. So a
-# project's backlog of 500 adds delays another project's add by at most the events running
-# when it arrives, not by the backlog. Rows are locked and re-checked as in the library's claim
-# (FOR UPDATE ... SKIP LOCKED, then state = 'queued' again under the lock).
+# with the fewest messages held by workers right now, the oldest head first among equals,
+# skipping a project that holds its cap. So a project's backlog of 500 adds delays another
+# project's add by at most the messages running when it arrives, not by the backlog. Rows are
+# locked and re-checked as in the library's claim (FOR UPDATE ... SKIP LOCKED, then state =
+# 'queued' again under the lock).
 FAIR_CLAIM = f"""
 WITH heads AS (
-    SELECT DISTINCT ON (message->'args'->>1)
-        message_id, message->'args'->>1 AS project, available_at, position
+    SELECT DISTINCT ON (message->'args'->>%(arg)s)
+        message_id, message->'args'->>%(arg)s AS project, available_at, position
     FROM {SCHEMA}.queue
     WHERE queue_name = %(queue)s AND state = 'queued' AND available_at <= NOW()
-    ORDER BY message->'args'->>1, available_at, position
+    ORDER BY message->'args'->>%(arg)s, available_at, position
 ), busy AS (
-    SELECT message->'args'->>1 AS project, count(*) AS held
+    SELECT message->'args'->>%(arg)s AS project, count(*) AS held
     FROM {SCHEMA}.queue
     WHERE queue_name = %(queue)s AND state = 'consumed'
     GROUP BY 1
@@ -91,7 +99,7 @@ WITH heads AS (
     FROM {SCHEMA}.queue AS q
     JOIN heads AS h USING (message_id)
     LEFT JOIN busy AS b ON b.project = h.project
-    WHERE q.state = 'queued'
+    WHERE q.state = 'queued' AND coalesce(b.held, 0) < %(cap)s
     ORDER BY coalesce(b.held, 0), h.available_at, h.position
     LIMIT %(limit)s
     FOR UPDATE OF q SKIP LOCKED
@@ -102,6 +110,14 @@ FROM next
 WHERE q.message_id = next.message_id
 RETURNING q.message::text
 """  # noqa: S608 - SCHEMA is a constant
+NO_CAP = 2**31 - 1
+
+
+def project_cap(queue_name: str) -> int:
+    """How many of one project's messages of the queue workers may hold at once."""
+    if queue_name == jobs.DELIVER_WEBHOOK.queue_name:
+        return int(settings.ENGRAM_WEBHOOK_PROJECT_CONCURRENCY)
+    return NO_CAP
 
 
 class FairConsumer(PostgresConsumer):  # type: ignore[misc]  # dramatiq_postgres has no types
@@ -113,7 +129,13 @@ class FairConsumer(PostgresConsumer):  # type: ignore[misc]  # dramatiq_postgres
         with transaction(self.get_consume_conn()) as cursor:
             cursor.execute(
                 FAIR_CLAIM,
-                {"queue": self.queue_name, "limit": limit, "worker": self.broker.worker_id},
+                {
+                    "queue": self.queue_name,
+                    "arg": FAIR_QUEUES[self.queue_name],
+                    "cap": project_cap(self.queue_name),
+                    "limit": limit,
+                    "worker": self.broker.worker_id,
+                },
             )
             rows = cursor.fetchall()
         self.buffer.extend(Message.decode(payload.encode("utf-8")) for (payload,) in rows)
@@ -137,8 +159,15 @@ def connection_kwargs(database: Mapping[str, Any]) -> dict[str, str]:
 def configure(database: Mapping[str, Any]) -> PostgresBroker:
     """Make a broker on `database` the current one, and move the declared actors to it."""
     middleware = [m() for m in default_middleware] + [DbConnectionsMiddleware()]
+    ttl = settings.ENGRAM_WORKER_HEARTBEAT_SECONDS
     broker = Broker(
-        url=connection_kwargs(database), schema=SCHEMA, results=False, middleware=middleware
+        url=connection_kwargs(database),
+        schema=SCHEMA,
+        results=False,
+        middleware=middleware,
+        heartbeat_ttl=float(ttl),
+        heartbeat_interval=ttl / 4,
+        maintenance_interval=min(30.0, ttl / 2),
     )
     previous = dramatiq.get_broker() if _has_broker() else None
     dramatiq.set_broker(broker)

@@ -17,11 +17,14 @@ the attempts of an event span minutes, not seconds.
 
 from __future__ import annotations
 
+import configparser
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +38,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
+from memory import jobs
 from memory.extraction import pipeline
 from memory.extraction.llm.claude import ClaudeExtractor
 from memory.models import Memory, MemoryEvent, MemoryHistory
@@ -44,6 +48,8 @@ from tests.factory import auth, make_key
 from tests.fake_anthropic import FakeClaude, Reply
 from tests.memory.test_events import ROOT, database_url, stop, wait_for
 from tests.memory.test_poison_events import drop_messages, queue_sql
+from tests.memory.test_worker_limits import children
+from tests.webhooks.receiver import closed_port
 
 # How long the model API is down in the outage test, from its first call. The issue says a
 # minute; the test takes 12 s with the event backoff at a quarter of the default (250 ms), which
@@ -376,3 +382,91 @@ class RetryAfterTestCase(BaseTestCase):
             after = MemoryEvent.objects.get(pk=event.pk)
         assert (after.status, after.attempts) == ("PENDING", 1)
         assert "RateLimitError" in after.error
+
+
+# --- make run's supervisor: a worker process killed by SIGKILL ---------------------------------
+
+
+def supervised(run_dir: Path, fake: FakeClaude, **env: str) -> subprocess.Popen[str]:
+    """supervisord with make run's config (config/supervisord.conf) on the test database: the
+    web server on a free port, both workers, the sweeper every second."""
+    settings_env = {
+        "ENGRAM_ROOT": str(ROOT), "ENGRAM_BIN": str(Path(sys.executable).parent),
+        "ENGRAM_RUN_DIR": str(run_dir), "ENGRAM_BIND": f"127.0.0.1:{closed_port()}",
+        "ENGRAM_WORKER_THREADS": "1", "ENGRAM_WEBHOOK_THREADS": "1", "ENGRAM_SWEEP_SECONDS": "1",
+        "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": fake.url, **env,
+    }  # fmt: skip
+    supervisord = [
+        str(Path(sys.executable).parent / "supervisord"),
+        "-c",
+        "config/supervisord.conf",
+    ]
+    return start(run_dir / "out.log", *supervisord, **settings_env)
+
+
+def program_pid(run_dir: Path, name: str) -> int:
+    """The pid supervisord reports for a program (0 while it is not running)."""
+    ctl = Path(sys.executable).parent / "supervisorctl"
+    answer = subprocess.run(
+        [str(ctl), "-s", f"unix://{run_dir}/supervisor.sock", "pid", name],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    return int(answer.stdout.strip()) if answer.stdout.strip().isdigit() else 0
+
+
+def test_a_worker_process_killed_by_sigkill_is_replaced_and_its_event_completes(
+    api: httpx.Client, fake_claude: FakeClaude
+) -> None:
+    run_dir = Path(tempfile.mkdtemp(prefix="engram-sv-"))  # a unix socket's path is short
+    scene = Scene("supervised-worker")
+    fake_claude.script(Reply(respond=pet_model, repeat=True, delay=30))  # mid-event at the kill
+    scene.add(api, "cat")
+    quick = {"ENGRAM_EVENT_LEASE_SECONDS": "3", "ENGRAM_WORKER_HEARTBEAT_SECONDS": "4"}
+    process = supervised(run_dir, fake_claude, **quick, ENGRAM_LLM_MAX_RETRIES="0")
+    try:
+        assert wait_for(lambda: len(fake_claude.requests) == 1, seconds=60), (
+            run_dir / "out.log"
+        ).read_text()
+        master = program_pid(run_dir, "worker")
+        [child] = children(master)  # Dramatiq's one worker process
+        os.kill(child, signal.SIGKILL)  # as the OOM killer does
+        with fake_claude.lock:  # the model answers at once from now on
+            fake_claude.replies[:] = [Reply(respond=pet_model, repeat=True)]
+        # Dramatiq's master stops and exits; supervisord starts the worker again.
+        assert wait_for(lambda: program_pid(run_dir, "worker") not in (0, master), seconds=30), (
+            run_dir / "out.log"
+        ).read_text()
+        assert wait_for(scene.done, seconds=90), (
+            scene.statuses(),
+            (run_dir / "out.log").read_text(),
+        )
+    finally:
+        stop(process)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    scene.assert_applied_once()
+    [event] = scene.rows().values()
+    assert event.attempts == 2  # the killed attempt, then the one that succeeded
+    scene.clear_queue()
+
+
+def test_the_two_workers_consume_every_queue_once() -> None:
+    """make run's supervisor and the compose file split the queues between the extraction
+    worker and the webhook worker: together, every queue of memory.jobs, each once."""
+    conf = configparser.ConfigParser(interpolation=None)
+    conf.read(ROOT / "config" / "supervisord.conf")
+    compose = (ROOT / "docker" / "compose.yaml").read_text()
+    queues = set(jobs.project_args())
+    for source in (
+        [conf[f"program:{p}"]["command"] for p in ("worker", "webhooks")],
+        [
+            line
+            for line in compose.splitlines()
+            if '"config.worker"' in line or '"--queues"' in line
+        ],
+    ):
+        named: list[str] = []
+        for command in source:
+            words = command.replace('"', " ").replace(",", " ").replace("]", " ").split()
+            if "--queues" in words:
+                named += words[words.index("--queues") + 1 :]
+        assert sorted(named) == sorted(queues), (source, queues)

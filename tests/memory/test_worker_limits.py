@@ -1,4 +1,5 @@
-"""The extraction worker under load: fair between projects, and restarted after its limit.
+"""The worker under load: fair between projects on every queue, webhook deliveries capped per
+project, and restarted after its limit.
 
 Against a real `dramatiq config.worker` process (offline extractor) on the test database.
 """
@@ -7,13 +8,19 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
+import dramatiq
+from django.test import override_settings
+
+from memory import jobs
 from memory.models import MemoryEvent
 from tenants.db import project_context
 from tests.factory import auth, make_key
 from tests.memory.test_events import start_worker, stop, wait_for
+from tests.memory.test_poison_events import queue_sql
 
 BACKLOG = 24
 
@@ -60,6 +67,53 @@ def test_one_projects_backlog_does_not_starve_another_project(
     a_done = completed(busy.key.project_id)
     waiting = sum(done > b_done for done in a_done)
     assert waiting >= BACKLOG - 4, f"only {waiting} of A's {BACKLOG} adds were still waiting"
+
+
+def claimed_projects(job: jobs.Job, backlog: uuid.UUID, other: uuid.UUID) -> list[list[str]]:
+    """Five messages of `job` from project `backlog`, then one from `other`, claimed by the
+    worker's consumer of the job's queue, 6 at a time: the projects of each claim's messages."""
+    broker = dramatiq.get_broker()
+
+    def message(project: uuid.UUID) -> dramatiq.Message[Any]:
+        other_arg: Any = [str(uuid.uuid4())] if job.project_arg == 0 else str(uuid.uuid4())
+        args = (str(project), other_arg) if job.project_arg == 0 else (other_arg, str(project))
+        return job.message(*args)
+
+    sent = [broker.enqueue(message(p)).message_id for p in [backlog] * 5 + [other]]
+    consumer = broker.consume(job.queue_name, prefetch=6)
+    try:
+        claims = []
+        for _ in range(4):
+            consumer.buffer.clear()
+            consumer.claim(6)
+            claims.append([m.args[job.project_arg] for m in consumer.buffer])
+        return claims
+    finally:
+        consumer.close()
+        queue_sql("DELETE FROM dramatiq.queue WHERE message_id = ANY(%s::uuid[])", sent)
+
+
+def test_every_queue_is_claimed_fairly_between_projects(committed_db: None) -> None:
+    """A project's backlog on any queue does not hold another project's message behind it:
+    each claim takes one message per project, the other project's in the first."""
+    a, b = uuid.uuid4(), uuid.uuid4()
+    for job in jobs.JOBS:
+        if job is jobs.DELIVER_WEBHOOK:
+            continue
+        claims = claimed_projects(job, a, b)
+        assert sorted(claims[0]) == sorted([str(a), str(b)]), job
+        assert claims[1:] == [[str(a)]] * 3, job
+
+
+@override_settings(ENGRAM_WEBHOOK_PROJECT_CONCURRENCY=2)
+def test_a_projects_webhook_deliveries_are_held_at_most_its_cap_at_once(
+    committed_db: None,
+) -> None:
+    a, b = uuid.uuid4(), uuid.uuid4()
+    claims = claimed_projects(jobs.DELIVER_WEBHOOK, a, b)
+    # Two of A's held, then A waits until one is done; B's was taken at once.
+    assert sorted(claims[0]) == sorted([str(a), str(b)])
+    assert claims[1:] == [[str(a)], [], []]
 
 
 def children(pid: int) -> set[int]:
