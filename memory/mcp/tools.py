@@ -8,6 +8,8 @@ database connection and its tenant transaction work as in any view. A tool valid
 REST serializers, reads through memory.queries and writes through memory.actions inside
 `tenant(request)`, whose commit writes the call's access-log row. Any refusal is an MCP tool
 error (isError) carrying the REST API's own `detail` for the same input, and changes nothing.
+A database that cannot serve the call now (past its deadline, a conflict, unreachable: the REST
+API's 503) is a tool error saying the service is busy and when to retry (its Retry-After).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from django.db.models import Q
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -110,7 +112,16 @@ def call(name: str, fn: Callable[..., CallToolResult], arguments: dict[str, Any]
     except ScopeRefusedError as exc:
         caller.status = 403
         raise ToolError(str(exc)) from None
-    except (exceptions.APIException, RefusedError, ServiceUnavailableError, DataError) as exc:
+    except (
+        exceptions.APIException,
+        RefusedError,
+        ServiceUnavailableError,
+        DataError,
+        # The REST API's handler tells a database refusal (a deadline, a conflict, the database
+        # unreachable: a 503, logged as a warning) from any other failure (None: a crash).
+        OperationalError,
+        InterfaceError,
+    ) as exc:
         response = api_exception_handler(exc, {})
         if response is None:
             raise
@@ -118,6 +129,9 @@ def call(name: str, fn: Callable[..., CallToolResult], arguments: dict[str, Any]
         detail = response.data.get("detail", "")
         if response.status_code == 404:
             detail = f"{detail} (nothing with that id in this project, or outside this scope)"
+        retry_after = response.get("Retry-After")
+        if response.status_code == 503 and retry_after:
+            detail = f"The service is busy; retry in {retry_after} seconds. {detail}"
         raise ToolError(str(detail)) from None
 
 

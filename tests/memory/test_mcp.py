@@ -17,14 +17,18 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from django.conf import settings
+from django.test import override_settings
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from audit.models import AccessLog
+from config import deadlines
 from memory.models import Memory, MemoryEvent
 from tenants.actions import NewApiKey
 from tenants.db import project_context
+from tests.config.test_deadlines import memories_locked
 from tests.factory import make_key
 
 # Mem0's hosted MCP server's tools (shared/reference/mem0-api.md 7.1), with their arguments.
@@ -377,3 +381,27 @@ def test_every_refusal_is_a_json_rpc_error_with_detail_and_leaves_a_row(
     with project_context(None):  # the refusals without a (valid) key have no project
         anonymous = list(AccessLog.objects.filter(project=None).values_list("status", flat=True))
     assert sorted([*(r.status for r in rows(acme)), *anonymous]) == sorted(statuses)
+
+
+def test_a_call_past_the_database_deadline_says_busy_retry_later(
+    live_api: str, acme: NewApiKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the REST API's 503: the seconds of its Retry-After, a warning without a traceback, and
+    the access log's row records the 503."""
+    memory_id = add(live_api, acme, "Alice likes tea")
+    api = {"statement_timeout": 300, "lock_timeout": 0}
+    try:
+        with override_settings(ENGRAM_DB_DEADLINES={**settings.ENGRAM_DB_DEADLINES, "api": api}):
+            deadlines.use("api")  # the live server's sessions, as the web server's
+            with memories_locked():
+                result = call(live_api, acme, "get_memory", memory_id=memory_id)
+    finally:
+        deadlines.use("background")
+    assert result.is_error
+    assert "busy" in text(result) and "retry in 2 seconds" in text(result), text(result)
+    assert "took longer than the server allows" in text(result)
+    [warning] = [r for r in caplog.records if "database deadline exceeded" in r.getMessage()]
+    assert (warning.levelname, warning.exc_info) == ("WARNING", None)
+    assert "SQLSTATE 57014" in warning.getMessage()
+    assert not [r for r in caplog.records if r.exc_info], "no traceback logged"
+    assert [r.status for r in rows(acme) if r.action == "mcp:get_memory"] == [503]
