@@ -30,14 +30,16 @@ _CARRIES_IPV4 = tuple(
 
 
 def public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """A public address: global, and for IPv6 not one that carries an IPv4 address (whose
-    IPv4 address could be loopback or private)."""
+    """A public address: global and not multicast, and for IPv6 not one that carries an IPv4
+    address (whose IPv4 address could be loopback or private)."""
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return public(address.ipv4_mapped)
         if any(address in network for network in _CARRIES_IPV4):
             return False
-    return address.is_global
+    # Python calls multicast addresses (224.0.0.0/4, ff00::/8) global, even link-local ones:
+    # a group address reaches whoever joined it on the server's network, never one receiver.
+    return address.is_global and not address.is_multicast
 
 
 def check_webhook_url(url: str) -> str:
@@ -69,7 +71,8 @@ def addresses(url: str) -> list[str]:
     for address in resolved:
         if not public(ipaddress.ip_address(address.split("%")[0])):
             raise UrlError(
-                f"url: {host} resolves to {address}, a loopback, private, link-local or "
-                "reserved address; an operator may allow the host in ENGRAM_FETCH_ALLOWED_HOSTS."
+                f"url: {host} resolves to {address}, a loopback, private, link-local, multicast "
+                "or reserved address; an operator may allow the host in "
+                "ENGRAM_FETCH_ALLOWED_HOSTS."
             )
     return resolved

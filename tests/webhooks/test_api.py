@@ -101,6 +101,13 @@ class WebhookApiTestCase(BaseTestCase):
         detail = self.create(url="http://10.1.2.3/hook").json()["detail"]
         assert "10.1.2.3" in detail and "ENGRAM_FETCH_ALLOWED_HOSTS" in detail
 
+    def test_it_refuses_multicast_addresses(self) -> None:
+        for url in ("http://224.0.0.1/", "http://239.1.2.3/hook", "http://[ff02::1]/hook"):
+            response = self.create(url=url)
+            assert response.status_code == 400, (url, response.json())
+            assert "multicast" in response.json()["detail"], url
+        assert self.call("get", self.base).json() == []
+
     def test_it_tolerates_the_ids_older_clients_add(self) -> None:
         response = self.create(org_id="x", project_id=str(self.pid))
         assert response.status_code == 201
