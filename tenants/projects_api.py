@@ -9,9 +9,10 @@ like any object the key cannot see. A key acts with its creator's current role i
 organization (a key made with `manage.py create_api_key` has no creator and acts as an admin:
 it may change the project's settings, never who is in the organization, since an application's
 key that leaks must not hand out dashboard access). Owners and admins change settings and
-create projects, owners manage members, every key reads. Engram's members belong to the
-organization (as on the dashboard), so the member endpoints list and change the organization's
-members. Deleting a whole project through an API key is refused (403): see delete_project.
+create projects (and webhooks and profile settings: require_role), owners manage members,
+every key reads. Engram's members belong to the organization (as on the dashboard), so the
+member endpoints list and change the organization's members. Deleting a whole project
+through an API key is refused (403): see delete_project.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def key_role(key: ApiKey) -> str | None:
     return found
 
 
-def _require(key: ApiKey, roles: tuple[str, ...], what: str) -> None:
+def require_role(key: ApiKey, roles: tuple[str, ...], what: str) -> None:
+    """403 unless the key acts with one of `roles` (key_role). The one check of a key's role:
+    the project and member endpoints, webhooks and the profile settings use it alike."""
     if key_role(key) not in roles:
         raise PermissionDenied(
             f"This API key may not {what}: it acts with its creator's role in the organization, "
@@ -203,7 +206,7 @@ def project_detail(request: Request, org_id: str, project_id: str) -> Response:
     serializer = s.ProjectUpdateSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     _check_address(serializer.validated_data, project)
-    _require(key, EDITORS, "change the project's settings")
+    require_role(key, EDITORS, "change the project's settings")
     try:
         actions.do_update_project_settings(project, serializer.changes())
     except actions.ConflictError as conflict:
@@ -221,7 +224,7 @@ def create_project(request: Request, org_id: str) -> Response:
     project = key_project(request, org_id)
     serializer = s.ProjectCreateSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
-    _require(request_key(request), EDITORS, "create projects")
+    require_role(request_key(request), EDITORS, "create projects")
     data = serializer.validated_data
     try:
         created = actions.do_create_project(
@@ -272,7 +275,7 @@ def members(request: Request, org_id: str, project_id: str) -> Response:
         else s.MemberSerializer(data=request.data)
     )
     serializer.is_valid(raise_exception=True)
-    _require(request_key(request), (Membership.Role.OWNER,), "change the members")
+    require_role(request_key(request), (Membership.Role.OWNER,), "change the members")
     return _change_member(request.method or "", project, serializer.validated_data)
 
 

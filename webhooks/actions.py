@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from memory import jobs
 from tenants.db import project_context
+from tenants.models import ApiKey
 from webhooks.addresses import check_webhook_url
 from webhooks.models import EVENT_TYPES, Delivery, Webhook
 
@@ -43,16 +44,27 @@ def _event_types(values: Sequence[str]) -> list[str]:
 
 
 def do_create_webhook(
-    project_id: uuid.UUID, *, name: str, url: str, event_types: Sequence[str]
+    project_id: uuid.UUID,
+    *,
+    name: str,
+    url: str,
+    event_types: Sequence[str],
+    created_by_key: ApiKey | None = None,
 ) -> Webhook:
-    """A new, enabled webhook with a fresh secret (the caller shows the secret once)."""
+    """A new, enabled webhook with a fresh secret (the caller shows the secret once). Made
+    through the API, it records the key: revoking that key disables it (migration 0002)."""
     types = _event_types(event_types)
     check_webhook_url(url)
     with project_context(project_id):
         if Webhook.objects.filter(project_id=project_id).count() >= MAX_WEBHOOKS_PER_PROJECT:
             raise WebhookError(f"a project has at most {MAX_WEBHOOKS_PER_PROJECT} webhooks.")
         return Webhook.objects.create(
-            project_id=project_id, name=name, url=url, event_types=types, secret=new_secret()
+            project_id=project_id,
+            name=name,
+            url=url,
+            event_types=types,
+            secret=new_secret(),
+            created_by_key=created_by_key,
         )
 
 

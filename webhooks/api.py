@@ -3,7 +3,10 @@
     GET, POST     /api/v1/webhooks/projects/{project_id}/   list; create (the secret, once)
     PUT, DELETE   /api/v1/webhooks/{webhook_id}/             change; delete
 
-Another project's id, or another project's webhook, answers 404 as if it did not exist.
+Another project's id, or another project's webhook, answers 404 as if it did not exist. Every
+key lists; creating, changing and deleting need a key whose creator is an owner or admin
+(tenants.projects_api.require_role, as for the project's settings), and the webhook records
+the key that created it: revoking that key disables the webhook (migration 0002).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tenants.api import Closed, ErrorSerializer
 from tenants.authentication import request_key
 from tenants.db import project_context
 from tenants.models import Project
+from tenants.projects_api import EDITORS, require_role
 from webhooks import actions, queries
 from webhooks.addresses import UrlError
 from webhooks.models import EVENT_TYPES, NAME_MAX_LENGTH, URL_MAX_LENGTH, Webhook
@@ -113,6 +117,8 @@ BODY_ERRORS = {
     413: "The body is too large.",
     415: "The body is not JSON.",
 }
+FORBIDDEN = {403: "The key's creator is not an owner or admin of the organization."}
+WRITE = "create, change or delete webhooks"
 
 
 def webhook_data(webhook: Webhook, project: Project) -> dict[str, Any]:
@@ -167,7 +173,7 @@ def _refusal(exc: ValueError) -> serializers.ValidationError:
     request=WebhookCreateSerializer,
     responses={
         201: CreatedWebhookSerializer,
-        **_errors({**BODY_ERRORS, 404: "Not this key's project."}),
+        **_errors({**BODY_ERRORS, **FORBIDDEN, 404: "Not this key's project."}),
     },
     summary="Create a webhook (its signing secret is in the answer, once)",
 )
@@ -182,10 +188,17 @@ def project_webhooks(request: Request, project_id: str) -> Response:
     serializer = WebhookCreateSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
+    key = request_key(request)
+    # Before the URL is checked: a reader's key learns nothing of what a host resolves to.
+    require_role(key, EDITORS, WRITE)
     with tenant(request, status.HTTP_201_CREATED) as project:
         try:
             webhook = actions.do_create_webhook(
-                project.pk, name=data["name"], url=data["url"], event_types=data["event_types"]
+                project.pk,
+                name=data["name"],
+                url=data["url"],
+                event_types=data["event_types"],
+                created_by_key=key,
             )
         except ValueError as exc:
             raise _refusal(exc) from None
@@ -196,22 +209,27 @@ def project_webhooks(request: Request, project_id: str) -> Response:
 @extend_schema(
     methods=["PUT"],
     request=WebhookUpdateSerializer,
-    responses={200: MessageSerializer, **_errors({**BODY_ERRORS, 404: "No such webhook."})},
+    responses={
+        200: MessageSerializer,
+        **_errors({**BODY_ERRORS, **FORBIDDEN, 404: "No such webhook."}),
+    },
     summary="Change a webhook",
 )
 @extend_schema(
     methods=["DELETE"],
-    responses={200: MessageSerializer, **_errors({404: "No such webhook."})},
+    responses={200: MessageSerializer, **_errors({**FORBIDDEN, 404: "No such webhook."})},
     summary="Delete a webhook and its deliveries",
 )
 @api_view(["PUT", "DELETE"])
 def webhook_detail(request: Request, webhook_id: int) -> Response:
     if request.method == "DELETE":
+        require_role(request_key(request), EDITORS, WRITE)
         with tenant(request) as project:
             actions.do_delete_webhook(_webhook(project, webhook_id))
         return Response({"message": "Webhook deleted successfully"})
     serializer = WebhookUpdateSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
+    require_role(request_key(request), EDITORS, WRITE)
     with tenant(request) as project:
         webhook = _webhook(project, webhook_id)
         try:

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from django.db import models
 
-from tenants.models import Project
+from tenants.models import ApiKey, Project
 
 # The events a webhook may subscribe to: the Platform's four, and engram's erasure_complete.
 MEMORY_ADD = "memory_add"
@@ -31,8 +31,9 @@ RESPONSE_PREFIX_CHARS = 200  # of a receiver's answer, kept on the delivery for 
 class Webhook(models.Model):
     """Where a project's events are POSTed, which ones, and with what secret they are signed.
 
-    `enabled` goes false after ENGRAM_WEBHOOK_DISABLE_AFTER failed attempts in a row (with the
-    reason); an operator re-enables it (the dashboard, or PUT is_active).
+    `enabled` goes false after ENGRAM_WEBHOOK_DISABLE_AFTER failed attempts in a row, or when
+    the API key that created it is revoked (the trigger of migration 0002), with the reason; an
+    operator re-enables it (the dashboard, or PUT is_active).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -46,6 +47,18 @@ class Webhook(models.Model):
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.TextField(blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
+    # The API key that created it (None: made otherwise, or before migration 0002). No
+    # database constraint: a key deleted in the admin must not need its webhooks (out of sight
+    # there, under row-level security) updated first; an id of no key is never revoked.
+    created_by_key = models.ForeignKey(
+        ApiKey,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # the trigger finds a key's webhooks among its project's (20 at most)
+        related_name="+",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

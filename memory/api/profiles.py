@@ -28,6 +28,8 @@ from memory.api.serializers import profiles as ps
 from memory.models import ProfileJob, ProfileSettings, UserProfile
 from memory.queries import profiles as read
 from tenants.api import Closed
+from tenants.authentication import request_key
+from tenants.projects_api import EDITORS, require_role
 
 # A sample run again within this many seconds of the last one is refused (429).
 SAMPLE_COOLDOWN_SECONDS = 60
@@ -283,7 +285,11 @@ def job_detail(request: Request, job_id: uuid.UUID) -> Response:
 @extend_schema(
     methods=["POST"],
     request=ps.ProfileSettingsRequestSerializer,
-    responses=r.answers({200: ProfileSettingsSerializer}, body=True),
+    responses=r.answers(
+        {200: ProfileSettingsSerializer},
+        body=True,
+        errors={403: "The key's creator is not an owner or admin of the organization."},
+    ),
     parameters=[r.RETRY_AFTER],
     summary="Change the profile settings (only the fields sent; null clears one)",
 )
@@ -295,6 +301,7 @@ def profile_settings(request: Request) -> Response:
         return Response(settings_data(found))
     serializer = ps.ProfileSettingsRequestSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
+    require_role(request_key(request), EDITORS, "change the profile settings")
     data = serializer.validated_data
     user = data.get("entities") or {}
     with tenant(request) as project:

@@ -72,6 +72,15 @@ for _method, _path in [("post", ""), ("patch", "{project_id}/")] + [
     (m, "{project_id}/members/") for m in ("post", "put", "delete")
 ]:
     NEEDS_A_LIVE_FAULT[(_method, PROJECT + _path, 403)] = "a key whose creator is a reader"
+# So do webhook and profile settings changes (tests/webhooks/test_api.py, tests/memory/
+# test_profiles.py send them).
+for _method, _path in [
+    ("post", "/api/v1/webhooks/projects/{project_id}/"),
+    ("put", "/api/v1/webhooks/{webhook_id}/"),
+    ("delete", "/api/v1/webhooks/{webhook_id}/"),
+    ("post", "/v2/profiles/settings/"),
+]:
+    NEEDS_A_LIVE_FAULT[(_method, _path, 403)] = "a key whose creator is a reader"
 # Operations that read a JSON body the schema cannot declare (OpenAPI 3.0 has no DELETE body).
 UNDECLARED_BODY = {("delete", "/v1/batch/")}
 WEBHOOK_URL = "https://93.184.215.14/hook"

@@ -15,6 +15,7 @@ from unittest import mock
 
 import dramatiq
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
@@ -26,6 +27,7 @@ from memory.extraction import profiles
 from memory.models import ProfileJob, UserProfile
 from memory.queries import profiles as read
 from tenants.db import project_context
+from tenants.models import Membership
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth, make_key
 from tests.fake_anthropic import FakeClaude, Reply
@@ -112,6 +114,23 @@ class ProfileSettingsTestCase(BaseTestCase):
     def test_it_keeps_each_projects_settings_apart(self) -> None:
         enable(self.alice.key.project_id)
         assert self.call("get", SETTINGS, who=self.charlie).json()["enabled"] is False
+
+    def test_a_readers_key_reads_the_settings_but_does_not_change_them(self) -> None:
+        reader = User.objects.create_user("rita", email="rita@example.com")
+        organization = self.alice.key.project.organization
+        Membership.objects.create(organization=organization, user=reader, role="reader")
+        key = make_key("acme", "main", created_by=reader)
+        answer = self.call(
+            "post", SETTINGS, {"enabled": True, "entities": {"user": {"schema": SCHEMA}}}, who=key
+        )
+        assert answer.status_code == 403
+        assert "owner or admin" in answer.json()["detail"].lower()
+        assert self.call("get", SETTINGS, who=key).json()["enabled"] is False
+        Membership.objects.filter(user=reader).update(role="admin")
+        answer = self.call(
+            "post", SETTINGS, {"enabled": True, "entities": {"user": {"schema": SCHEMA}}}, who=key
+        )
+        assert answer.status_code == 200, answer.content
 
 
 class ProfileApiTestCase(BaseTestCase):

@@ -1,14 +1,19 @@
-"""The webhook endpoints: the Platform's shapes, the key's own project only, strict bodies."""
+"""The webhook endpoints: the Platform's shapes, the key's own project only, strict bodies,
+the key's role."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.test import override_settings
 
+from tenants.actions import NewApiKey, do_revoke_api_key
 from tenants.db import project_context
+from tenants.models import Membership
 from tests.base import BaseTestCase
-from webhooks.models import Webhook
+from tests.factory import add_texts, make_key
+from webhooks.models import Delivery, Webhook
 
 RECEIVER = "127.0.0.1:8765"
 URL = f"http://{RECEIVER}/hook"
@@ -20,9 +25,12 @@ class WebhookApiTestCase(BaseTestCase):
         self.pid = self.alice.key.project_id
         self.base = f"/api/v1/webhooks/projects/{self.pid}/"
 
-    def create(self, **body: Any) -> Any:
+    def create(self, who: NewApiKey | None = None, **body: Any) -> Any:
         return self.call(
-            "post", self.base, {"name": "logger", "url": URL, "event_types": ["memory_add"], **body}
+            "post",
+            self.base,
+            {"name": "logger", "url": URL, "event_types": ["memory_add"], **body},
+            who=who,
         )
 
     def test_it_creates_lists_updates_and_deletes_a_webhook(self) -> None:
@@ -114,3 +122,52 @@ class WebhookApiTestCase(BaseTestCase):
 
     def test_it_needs_a_key(self) -> None:
         assert self.client.get(self.base).status_code == 401
+
+    # -- the key's role (its creator's in the organization, as for the project's settings) --
+
+    def key_of(self, name: str, role: str) -> NewApiKey:
+        """A key made by a member of Alice's organization with `role`."""
+        user = User.objects.create_user(name, email=f"{name}@example.com")
+        organization = self.alice.key.project.organization
+        Membership.objects.create(organization=organization, user=user, role=role)
+        return make_key("acme", "main", created_by=user)
+
+    def test_a_readers_key_lists_webhooks_but_does_not_change_them(self) -> None:
+        reader = self.key_of("rita", "reader")
+        refused = self.create(who=reader)
+        assert refused.status_code == 403, refused.json()
+        assert "owner or admin" in refused.json()["detail"].lower()
+        assert "secret" not in refused.json()
+        made = self.create().json()
+        path = f"/api/v1/webhooks/{made['webhook_id']}/"
+        assert self.call("put", path, {"is_active": False}, who=reader).status_code == 403
+        assert self.call("put", path, {"url": URL}, who=reader).status_code == 403
+        assert self.call("delete", path, who=reader).status_code == 403
+        [listed] = self.call("get", self.base, who=reader).json()
+        assert (listed["is_active"], "secret" in listed) == (True, False)
+        Membership.objects.filter(user__username="rita").update(role="admin")
+        assert self.create(who=reader).status_code == 201
+
+    def test_a_reader_learns_nothing_of_an_address(self) -> None:
+        refused = self.create(url="http://10.1.2.3/hook", who=self.key_of("rita", "reader"))
+        assert refused.status_code == 403
+        assert "10.1.2.3" not in refused.json()["detail"]
+
+    def test_revoking_its_key_disables_the_webhook_it_made(self) -> None:
+        bob = self.key_of("bob", "admin")
+        theirs = self.create(who=bob).json()["webhook_id"]
+        mine = self.create(name="mine").json()["webhook_id"]
+        do_revoke_api_key(bob.key)
+        found = {w["webhook_id"]: w for w in self.call("get", self.base).json()}
+        assert found[theirs]["is_active"] is False
+        assert found[theirs]["disabled_reason"] == (
+            f"the API key {bob.key.name} ({bob.key.prefix}…) that created it was revoked"
+        )
+        assert (found[mine]["is_active"], found[mine]["disabled_reason"]) == (True, None)
+        add_texts(self.alice.key.project, ["Alice likes green tea"], user_id="alice")
+        with project_context(self.pid):
+            assert set(Delivery.objects.values_list("webhook_id", flat=True)) == {mine}
+        path = f"/api/v1/webhooks/{theirs}/"
+        assert self.call("put", path, {"is_active": True}).status_code == 200
+        with project_context(self.pid):
+            assert Webhook.objects.get(pk=theirs).enabled
