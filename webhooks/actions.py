@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from memory import jobs
 from tenants.db import project_context
-from tenants.models import ApiKey
+from tenants.models import ApiKey, Project
 from webhooks.addresses import check_webhook_url
 from webhooks.models import EVENT_TYPES, Delivery, Webhook
 
@@ -56,6 +56,10 @@ def do_create_webhook(
     types = _event_types(event_types)
     check_webhook_url(url)
     with project_context(project_id):
+        # One create at a time per project, or two could each count 19 and store 21. FOR NO
+        # KEY UPDATE: it does not wait for, nor hold up, writes of rows that refer to the
+        # project (their foreign key check takes KEY SHARE), only another create's lock.
+        Project.objects.select_for_update(no_key=True).only("pk").get(pk=project_id)
         if Webhook.objects.filter(project_id=project_id).count() >= MAX_WEBHOOKS_PER_PROJECT:
             raise WebhookError(f"a project has at most {MAX_WEBHOOKS_PER_PROJECT} webhooks.")
         return Webhook.objects.create(

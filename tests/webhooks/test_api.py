@@ -1,10 +1,14 @@
 """The webhook endpoints: the Platform's shapes, the key's own project only, strict bodies,
-the key's role."""
+the key's role, and the cap held against concurrent creates."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
+from unittest import mock
 
+import httpx
 from django.contrib.auth.models import User
 from django.test import override_settings
 
@@ -13,6 +17,7 @@ from tenants.db import project_context
 from tenants.models import Membership
 from tests.base import BaseTestCase
 from tests.factory import add_texts, make_key
+from webhooks import actions
 from webhooks.models import Delivery, Webhook
 
 RECEIVER = "127.0.0.1:8765"
@@ -171,3 +176,39 @@ class WebhookApiTestCase(BaseTestCase):
         assert self.call("put", path, {"is_active": True}).status_code == 200
         with project_context(self.pid):
             assert Webhook.objects.get(pk=theirs).enabled
+
+
+# Each create waits for the one before (the lock): 5 x 0.2 s stays under the lock timeout.
+CONCURRENT = 5
+
+
+def test_the_cap_holds_against_concurrent_creates(live_api: str, settings: Any) -> None:
+    """Creates at once, one place left: exactly one gets it (a slow secret widens the race)."""
+    settings.ENGRAM_FETCH_ALLOWED_HOSTS = [RECEIVER]
+    new = make_key("acme", "cap")
+    pid = new.key.project_id
+    for i in range(actions.MAX_WEBHOOKS_PER_PROJECT - 1):
+        actions.do_create_webhook(pid, name=f"hook {i}", url=URL, event_types=["memory_add"])
+    secret = actions.new_secret
+
+    def slow_secret() -> str:
+        time.sleep(0.2)  # between the count and the insert
+        return secret()
+
+    url = f"{live_api}/api/v1/webhooks/projects/{pid}/"
+    body = {"name": "one more", "url": URL, "event_types": ["memory_add"]}
+    headers = {"Authorization": f"Token {new.raw}"}
+    statuses: list[int] = []
+
+    def create() -> None:
+        statuses.append(httpx.post(url, json=body, headers=headers, timeout=30).status_code)
+
+    with mock.patch.object(actions, "new_secret", slow_secret):
+        threads = [threading.Thread(target=create) for _ in range(CONCURRENT)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert sorted(statuses) == [201] + [400] * (CONCURRENT - 1)
+    with project_context(pid):
+        assert Webhook.objects.count() == actions.MAX_WEBHOOKS_PER_PROJECT
