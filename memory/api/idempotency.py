@@ -1,4 +1,5 @@
-"""`Idempotency-Key` on add: a retried add returns the first answer and stores nothing again.
+"""`Idempotency-Key` on add (and on profile jobs, memory.api.profiles): a retried add returns
+the first answer and stores nothing again.
 
 A key is 8 to 128 characters of `A-Z a-z 0-9 . _ : -` (else 400), scoped to the key's project.
 Its record (memory.models.IdempotentRequest) is taken and written inside the add's own tenant
@@ -24,6 +25,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -71,10 +73,17 @@ def request_hash(request: Request) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def answer_once(request: Request, key: str | None, answer: Callable[[], Response]) -> Response:
-    """`answer()`, or the stored answer of an earlier request with the same key.
+def answer_once(
+    request: Request,
+    key: str | None,
+    answer: Callable[[], Response],
+    *,
+    replay: Callable[[Any], Any] | None = None,
+) -> Response:
+    """`answer()`, or the stored answer of an earlier request with the same key (its body
+    passed through `replay`, if given: a profile job answers with the job as it is now).
 
-    Call it inside the request's tenant transaction (common.tenant), around the add itself.
+    Call it inside the request's tenant transaction (common.tenant), around the write itself.
     """
     if key is None:
         return answer()
@@ -85,9 +94,8 @@ def answer_once(request: Request, key: str | None, answer: Callable[[], Response
         first = queries.idempotent_request(project, key)
         if first is None or first.body_hash != digest:
             raise IdempotencyConflict()
-        return Response(
-            first.response, status=first.status, headers={"Idempotent-Replayed": "true"}
-        )
+        body = first.response if replay is None else replay(first.response)
+        return Response(body, status=first.status, headers={"Idempotent-Replayed": "true"})
     response = answer()
     actions.do_record_idempotent_response(project, key, response.status_code, response.data)
     return response

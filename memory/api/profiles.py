@@ -23,7 +23,7 @@ from memory.actions import profiles as write
 from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import tenant
-from memory.api.idempotency import HEADER, idempotency_key
+from memory.api.idempotency import HEADER, IdempotencyConflict, answer_once, idempotency_key
 from memory.api.serializers import profiles as ps
 from memory.models import ProfileJob, ProfileSettings, UserProfile
 from memory.queries import profiles as read
@@ -210,7 +210,7 @@ def user_profile(request: Request, entity_type: str, name: str) -> Response:
     responses=r.answers(
         {202: ProfileJobCreatedSerializer},
         body=True,
-        errors={404: "No such user here (trigger)."},
+        errors={404: "No such user here (trigger).", 409: r.KEY_REUSED},
     ),
     parameters=[
         OpenApiParameter(
@@ -219,7 +219,8 @@ def user_profile(request: Request, entity_type: str, name: str) -> Response:
             OpenApiParameter.HEADER,
             required=True,
             pattern=r"^[A-Za-z0-9._:-]{8,128}$",
-            description="Required. The same key returns the same job (`replayed: true`).",
+            description="Required. The same key with the same request (path and JSON body) "
+            "returns the same job (`replayed: true`); with another request, 409.",
         ),
         r.RETRY_AFTER,
     ],
@@ -234,15 +235,32 @@ def create_job(request: Request) -> Response:
     if key is None:
         raise serializers.ValidationError({HEADER: "is required (8 to 128 characters)."})
     with tenant(request, status=202) as project:
-        earlier = read.profile_job_by_key(project, key)
-        if earlier is not None:
-            return Response(job_created(earlier, True), status=202)
-        if not configured(read.profile_settings(project)):
-            raise serializers.ValidationError(NOT_ENABLED)
-        users = job_users(project, data)
-        job, replayed = write.do_create_profile_job(project, data["operation"], users, key)
-        note_access(request, result_count=len(users))
+        # The adds' Idempotency-Key record: the same request replays, another one is a 409.
+        return answer_once(
+            request,
+            key,
+            lambda: new_job(request, project, data, key),
+            replay=lambda body: replayed_job(project, body),
+        )
+
+
+def new_job(request: Request, project: uuid.UUID, data: dict[str, Any], key: str) -> Response:
+    if read.profile_job_by_key(project, key) is not None:
+        # The key's record is gone (ENGRAM_IDEMPOTENCY_HOURS), its job is not: a key names one
+        # job for good, and what it was asked with can no longer be compared.
+        raise IdempotencyConflict()
+    if not configured(read.profile_settings(project)):
+        raise serializers.ValidationError(NOT_ENABLED)
+    users = job_users(project, data)
+    job, replayed = write.do_create_profile_job(project, data["operation"], users, key)
+    note_access(request, result_count=len(users))
     return Response(job_created(job, replayed), status=202)
+
+
+def replayed_job(project: uuid.UUID, first: dict[str, Any]) -> dict[str, Any]:
+    """The first answer's job as it is now, replayed (as first answered, if it is gone)."""
+    job = read.profile_job(project, uuid.UUID(first["job_id"]))
+    return job_created(job, True) if job is not None else {**first, "replayed": True}
 
 
 def job_users(project: uuid.UUID, data: dict[str, Any]) -> list[str]:

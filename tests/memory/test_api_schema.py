@@ -367,6 +367,14 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(400, "get", "/v2/entities/agent/alice/profile/"),
             Sample(404, "get", "/v2/entities/user/nobody/profile/"),
             Sample(202, "post", "/v2/profiles/jobs/", TRIGGER, idempotency_key="profile-1"),
+            Sample(202, "post", "/v2/profiles/jobs/", TRIGGER, idempotency_key="profile-1"),
+            Sample(
+                409,
+                "post",
+                "/v2/profiles/jobs/",
+                {**TRIGGER, "entity_id": "bob"},
+                idempotency_key="profile-1",
+            ),
             Sample(
                 202,
                 "post",

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from memory.actions import profiles as write
 from memory.extraction import profiles
-from memory.models import ProfileJob, UserProfile
+from memory.models import IdempotentRequest, ProfileJob, UserProfile
 from memory.queries import profiles as read
 from tenants.db import project_context
 from tenants.models import Membership
@@ -185,6 +185,34 @@ class ProfileApiTestCase(BaseTestCase):
         )
         again = self.job(body).json()
         assert (again["job_id"], again["replayed"]) == (data["job_id"], True)
+        with project_context(self.project):
+            assert ProfileJob.objects.count() == 1
+
+    def test_it_refuses_a_key_reused_with_another_request(self) -> None:
+        enable(self.project)
+        first = self.job({"operation": "trigger", "entity_type": "user", "entity_id": "alice"})
+        assert first.status_code == 202, first.content
+        other = self.job({"operation": "trigger", "entity_type": "user", "entity_id": "bob"})
+        assert other.status_code == 409, other.content
+        assert "Idempotency-Key" in other.json()["detail"]
+        assert self.job({"operation": "sample", "entity_type": "user"}).status_code == 409
+        replayed = self.job({"entity_id": "alice", "entity_type": "user", "operation": "trigger"})
+        assert replayed.status_code == 202 and replayed.has_header("Idempotent-Replayed")
+        assert (replayed.json()["job_id"], replayed.json()["replayed"]) == (
+            first.json()["job_id"],
+            True,
+        )
+        with project_context(self.project):
+            assert list(ProfileJob.objects.values_list("entity_ids", flat=True)) == [["alice"]]
+
+    @override_settings(ENGRAM_IDEMPOTENCY_HOURS=24)
+    def test_a_jobs_key_stays_its_own_after_its_record_expires(self) -> None:
+        enable(self.project)
+        body = {"operation": "trigger", "entity_type": "user", "entity_id": "alice"}
+        assert self.job(body).status_code == 202
+        with project_context(self.project):
+            IdempotentRequest.objects.update(created_at=timezone.now() - timedelta(hours=25))
+        assert self.job({**body, "entity_id": "bob"}).status_code == 409
         with project_context(self.project):
             assert ProfileJob.objects.count() == 1
 
