@@ -2,28 +2,35 @@
 
 Shared by the reader that writes it (memory.queries.transfer) and the action that loads it
 (memory.actions.transfer): the format's name and version, the record types in the order a file
-holds them, which model fields each record carries (and under which key), and the conversion of
-each value to JSON and back, checked (a file is input: every value is checked for its field's
-type, length and choices before it reaches a row). docs/moving.md describes the format.
+holds them, which model fields each record carries (and under which key), the reading of a file a
+line at a time (a line's length capped), and the conversion of each value to JSON and back,
+checked (a file is input: every value is checked for its field's type, length and choices, and
+JSON and text by the API's rules of config.inputs, before it reaches a row). docs/moving.md
+describes the format.
 
-Of engram, imports memory.models only.
+Of engram, imports memory.models and config.inputs only.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import gzip
 import json
 import uuid
-from collections.abc import Mapping
-from datetime import date, datetime
-from typing import Any
+import zlib
+from collections.abc import Iterator, Mapping
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, cast
 
 import numpy as np
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from pgvector.django import VectorField
 
+from config.inputs import MAX_JSON_DEPTH, UnsafeInputError, check_json, text_problem
 from memory.models import (
     SCOPE_FIELDS,
     EntityVector,
@@ -155,6 +162,68 @@ def key_of(attname: str) -> str:
     return _KEYS.get(attname, attname)
 
 
+# -- reading a file ----------------------------------------------------------------------------
+
+
+def max_line_bytes() -> int:
+    """The longest line a file may hold, in bytes (its newline left out). The longest record
+    the API can make is an add request's (its event's payload is the request's body, at most
+    ENGRAM_MAX_BODY_BYTES, beside its results) or its history's input, the body's messages:
+    four bodies hold either."""
+    return 4 * int(settings.ENGRAM_MAX_BODY_BYTES)
+
+
+def open_file(path: Path) -> BinaryIO:
+    """The file's bytes, gunzipped when its content is gzip (whatever its name)."""
+    with path.open("rb") as raw:
+        magic = raw.read(2)
+    if magic == b"\x1f\x8b":
+        return cast(BinaryIO, gzip.open(path, "rb"))
+    return path.open("rb")
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line, a line at a time: no more than max_line_bytes() (and
+    a buffer) of one line is ever read, so a file of one endless line costs no more memory
+    than a valid one. FormatError: a line longer than that, one that is not UTF-8, a file that
+    cannot be read (gzip cut short)."""
+    cap = max_line_bytes()
+    number = 0
+    try:
+        with open_file(path) as lines:
+            while line := lines.readline(cap + 1):
+                number += 1
+                if len(line) > cap and not line.endswith(b"\n"):
+                    raise FormatError(
+                        f"line {number} is longer than {cap} bytes, more than any record holds"
+                    )
+                try:
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise FormatError(f"line {number} is not UTF-8 text") from None
+                yield number, text
+    except (OSError, EOFError, zlib.error) as error:
+        raise FormatError(f"the file cannot be read after line {number} ({error})") from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """JSON from a line of a file; FormatError when it is not JSON or nests deeper than
+    Python's parser goes (the depth the API takes is checked field by field: json_checked)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise FormatError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise FormatError(f"{where} is not JSON") from None
+
+
+def parse_record(number: int, text: str) -> dict[str, Any]:
+    record = parse_json(text, f"line {number}")
+    if not isinstance(record, dict):
+        raise FormatError(f"line {number} is not a JSON object")
+    return record
+
+
 # -- vectors -----------------------------------------------------------------------------------
 
 
@@ -221,7 +290,9 @@ def row_values(
             values[attname] = None  # the target's next (memory.actions.transfer)
             continue
         try:
-            values[attname] = _checked(field, record[key])
+            values[attname] = _checked(field, record[key], f"{kind} {key}")
+        except UnsafeInputError as error:  # says where itself
+            raise FormatError(str(error).rstrip(".")) from None
         except (TypeError, ValueError, OverflowError) as error:
             raise FormatError(f"{kind} {key}: {error}") from None
     return values
@@ -231,7 +302,7 @@ def _by_attname(model: type[models.Model]) -> dict[str, models.Field[Any, Any]]:
     return {f.attname: f for f in model._meta.concrete_fields}
 
 
-def _checked(field: models.Field[Any, Any], value: Any) -> Any:  # noqa: PLR0911, PLR0912 - one branch per field type
+def _checked(field: models.Field[Any, Any], value: Any, where: str) -> Any:  # noqa: PLR0911, PLR0912 - one branch per field type
     if value is None:
         if not field.null:
             raise ValueError("must not be null")
@@ -244,7 +315,12 @@ def _checked(field: models.Field[Any, Any], value: Any) -> Any:  # noqa: PLR0911
         moment = datetime.fromisoformat(_text(value))
         if moment.tzinfo is None:
             raise ValueError("a time needs its UTC offset")
-        return moment
+        try:
+            # In UTC: a moment whose UTC date leaves years 1-9999 (the API refuses one:
+            # check_observation_time), or an offset PostgreSQL does not take (past 15:59).
+            return moment.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("is outside years 1-9999 in UTC") from None
     if isinstance(field, models.DateField):
         return date.fromisoformat(_text(value))
     if isinstance(field, models.BooleanField):
@@ -261,13 +337,13 @@ def _checked(field: models.Field[Any, Any], value: Any) -> Any:  # noqa: PLR0911
     if isinstance(field, ArrayField):
         if not isinstance(value, list):
             raise TypeError("must be a list")
-        return [_checked(field.base_field, item) for item in value]
+        return [_checked(field.base_field, item, where) for item in value]
     if isinstance(field, models.JSONField):
-        return json_checked(value)
+        return json_checked(value, where)
     if isinstance(field, models.CharField | models.TextField):
         text = _text(value)
-        if "\x00" in text:
-            raise ValueError("must not hold a NUL character")
+        if (problem := text_problem(text)) is not None:
+            raise ValueError(problem)
         if field.max_length is not None and len(text) > field.max_length:
             raise ValueError(f"must have at most {field.max_length} characters")
         if field.choices and text not in {str(c[0]) for c in field.choices}:
@@ -281,25 +357,14 @@ def _checked(field: models.Field[Any, Any], value: Any) -> Any:  # noqa: PLR0911
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("must be a string")
-    value.encode()  # a lone surrogate (JSON's "\ud800") is no text: UnicodeEncodeError
     return value
 
 
-def json_checked(value: Any) -> Any:
-    """`value` if PostgreSQL's jsonb can hold it: no NaN or infinity, no NUL character, no
-    lone surrogate (ValueError otherwise)."""
-    json.dumps(value, allow_nan=False)
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str) and "\x00" in _text(item):
-            raise ValueError("must not hold a NUL character")
-    return value
+def json_checked(value: Any, where: str = "value") -> Any:
+    """`value` if the API would take it as JSON (config.inputs.check_json: no NaN or infinity,
+    no NUL character or lone surrogate, at most MAX_JSON_DEPTH levels deep and
+    ENGRAM_MAX_JSON_NODES values); UnsafeInputError (a ValueError) naming `where` otherwise."""
+    return check_json(value, where)
 
 
 def _int_range(field: models.Field[Any, Any]) -> tuple[int, int]:

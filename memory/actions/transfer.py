@@ -19,7 +19,13 @@ of this instance refuses the batch (TransferConflictError, the batch rolled back
 Text is embedded before a batch's transaction opens, only when the file's embedding model is
 not this instance's (`reembed`); otherwise the file's vectors are written as they are.
 
-May import memory.models, memory.graph, memory.text, memory.transfer_format and tenants.
+A dry run (the check before an import) writes what the import writes, graph included, in a
+transaction its caller rolls back, only without embedding: so what the database refuses (an
+index's limit, a value out of its range) is refused by the check as by the import, as a
+FormatError, never a database error.
+
+May import memory.models, memory.graph, memory.text, memory.transfer_format, tenants and
+config.inputs.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, connection, models, transaction
+from django.db import DatabaseError, IntegrityError, connection, models, transaction
 from django.db.models.constants import OnConflict
 
+from config.inputs import UnsafeInputError, text_problem
 from memory.actions._shared import schedule_entity_linking
-from memory.graph.transfer import check_entity, check_relation, load_entity, load_relation
+from memory.graph.transfer import load_entity, load_relation
 from memory.models import Memory, MemoryEntity, MemoryEvent
 from memory.text.embeddings import embed, embed_words
 from memory.transfer_format import (
@@ -81,7 +88,7 @@ class Target:
     new_ids: bool = False
     # The file's vectors are another model's: embed the texts again.
     reembed: bool = False
-    # A check run inside a transaction its caller rolls back: no embedding, no graph writes.
+    # A check run inside a transaction its caller rolls back: no embedding.
     dry_run: bool = False
     # Link the memories written to the entities they name, as an add does (a source whose file
     # holds no entity links: import_mem0).
@@ -125,6 +132,13 @@ def do_prepare_project(
         return Project.objects.select_related("organization").get(pk=project_id), False
     if not organization or not name:
         raise ValueError("a target project needs its id, or its organization and name")
+    for what, value, model in (
+        ("organization", organization, Organization),
+        ("name", name, Project),
+    ):
+        limit = model._meta.get_field("name").max_length or 0
+        if len(value) > limit or text_problem(value):
+            raise ValueError(f"a project's {what} has 1 to {limit} characters of text")
     with transaction.atomic():
         org, _ = Organization.objects.get_or_create(name=organization)
         found = Project.objects.filter(organization=org, name=name).first()
@@ -168,19 +182,35 @@ def _project_settings(source: Mapping[str, Any]) -> dict[str, Any]:
 def do_import_batch(target: Target, kind: str, records: Sequence[Mapping[str, Any]]) -> Outcome:
     """Write one batch of records of one type in one transaction; what it wrote and skipped.
 
-    FormatError: a record is not valid (nothing of the batch written). Embeds first (outside
-    any transaction) when the target re-embeds."""
-    if kind in (ENTITY, RELATION):
+    FormatError: a record is not valid, or the database refuses one (nothing of the batch
+    written). Embeds first (outside any transaction) when the target re-embeds."""
+    try:
+        if kind in (ENTITY, RELATION):
+            with project_context(target.project_id):
+                _importing()
+                return _load_graph(target, kind, records)
+        vectors = not target.reembed
+        rows = [row_values(kind, r, dimensions=target.dimensions, vectors=vectors) for r in records]
+        if target.reembed:
+            _embed(target, kind, rows)
         with project_context(target.project_id):
             _importing()
-            return _load_graph(target, kind, records)
-    vectors = not target.reembed
-    rows = [row_values(kind, r, dimensions=target.dimensions, vectors=vectors) for r in records]
-    if target.reembed:
-        _embed(target, kind, rows)
-    with project_context(target.project_id):
-        _importing()
-        return _load_rows(target, kind, rows)
+            return _load_rows(target, kind, rows)
+    except DatabaseError as error:
+        if not _refused(error):
+            raise
+        detail = str(error).strip().splitlines()[0][:300]
+        raise FormatError(f"the database refuses one of these {kind} records ({detail})") from None
+
+
+# SQLSTATE classes of an error a value causes (a data exception, a constraint, a limit such as an
+# index entry's size), as against a connection, a lock or the server going away.
+_VALUE_ERRORS = ("22", "23", "54")
+
+
+def _refused(error: DatabaseError) -> bool:
+    state = getattr(error.__cause__, "sqlstate", None) or ""
+    return state[:2] in _VALUE_ERRORS
 
 
 def _importing() -> None:
@@ -213,30 +243,24 @@ def _load_graph(target: Target, kind: str, records: Sequence[Mapping[str, Any]])
     for record in records:
         try:
             old = _graph_id(record.get("id"))
-            properties = json_checked(record["properties"])
+            properties = json_checked(record["properties"], f"{kind} properties")
             if not isinstance(properties, dict):
                 raise TypeError("properties must be an object")
             if kind == ENTITY:
-                if target.dry_run:
-                    check_entity(properties)
-                    new, written = old, True
-                else:
-                    new, written = load_entity(target.project_id, properties)
+                new, written = load_entity(target.project_id, properties)
                 target.vertex_ids[old] = new
             else:
                 start = target.vertex_ids[_graph_id(record.get("start"))]
                 end = target.vertex_ids[_graph_id(record.get("end"))]
                 properties = _edge_properties(target, properties)
-                if target.dry_run:
-                    check_relation(properties)
-                    new, written = old, True
-                else:
-                    new, written = load_relation(target.project_id, start, end, properties)
+                new, written = load_relation(target.project_id, start, end, properties)
                 target.edge_ids[old] = new
         except KeyError as error:
             raise FormatError(
                 f"a {kind} record refers to an unknown entity or lacks {error}"
             ) from None
+        except UnsafeInputError as error:  # says where itself
+            raise FormatError(str(error).rstrip(".")) from None
         except (TypeError, ValueError) as error:
             raise FormatError(f"{kind}: {error}") from None
         outcome.written += written

@@ -8,7 +8,11 @@ Real Postgres, AGE and the local embedder; the graph is built by the offline ext
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
+import random
+import string
+import tracemalloc
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,7 +20,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
+from django.test import TestCase, override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,11 +43,21 @@ from memory.models import (
     MemoryHistory,
     ScopeSummary,
 )
+from memory.queries.transfer import embedding_dimensions, embedding_model
 from memory.text.embeddings import embed
-from memory.transfer_format import MEMORY, FormatError, record_of, row_values
+from memory.text.recognise import MAX_NAME
+from memory.transfer_format import (
+    FORMAT,
+    MEMORY,
+    RECORD_TYPES,
+    VERSION,
+    FormatError,
+    record_of,
+    row_values,
+)
 from tenants.actions import do_create_project_key
 from tenants.db import project_context
-from tenants.models import Project
+from tenants.models import Organization, Project
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth, make_key
 
@@ -566,3 +582,156 @@ def test_an_event_record_of_an_earlier_engram_without_a_warning_reads_as_none() 
     assert row_values("event", record, dimensions=384)["warning"] == ""
     with pytest.raises(FormatError, match="needs 'error'"):
         row_values("event", {k: v for k, v in record.items() if k != "error"}, dimensions=384)
+
+
+# -- one set of rules: what the API refuses, an import refuses (issue #47) ---------------------
+
+
+def _entity(ident: int, name: str) -> dict[str, Any]:
+    properties = {
+        "name": name, "display_name": name.title(), "type": "person", "created_at": "",
+        "mentions": 1, **graph.Scope(user_id="alice").properties(),
+    }  # fmt: skip
+    return {"type": "entity", "id": ident, "properties": properties}
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(levels):
+        value = {"in": value}
+    return value
+
+
+class ImportRulesTestCase(TestCase):
+    """Files built by hand, each holding one thing the API would refuse: the command refuses it
+    in one line, --check as the import, and leaves no project (nor its organization) behind."""
+
+    @pytest.fixture(autouse=True)
+    def _files(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+
+    def write(self, *records: dict[str, Any], lines: tuple[str, ...] = ()) -> Path:
+        """A project file of `records` (then the raw `lines`), its header's and end's counts
+        those of the records."""
+        counts = dict.fromkeys(RECORD_TYPES, 0)
+        for record in records:
+            counts[record["type"]] += 1
+        header = {
+            "format": FORMAT, "version": VERSION,
+            "project": {"id": str(uuid.uuid4()), "name": "source", "description": ""},
+            "embedding": {"model": embedding_model(), "dimensions": embedding_dimensions()},
+            "counts": counts,
+        }  # fmt: skip
+        path = self.dir / "project.jsonl"
+        body = [json.dumps(r) for r in (header, *records)]
+        path.write_text("\n".join([*body, *lines, json.dumps({"type": "end", "counts": counts})]))
+        return path
+
+    def memory(self, **changes: Any) -> dict[str, Any]:
+        return _valid_memory() | changes
+
+    def refused(self, path: Path, message: str, *, check: bool = False) -> None:
+        with pytest.raises(CommandError, match=message) as refusal:
+            call_command(
+                "import_project", str(path), org="neworg", project="target", check=check,
+                verbosity=0,
+            )  # fmt: skip
+        assert "\n" not in str(refusal.value)
+        assert str(refusal.value).endswith("Nothing was written.")
+        assert not Project.objects.filter(name="target").exists()
+        assert not Organization.objects.filter(name="neworg").exists()
+
+    def test_a_valid_hand_made_file_imports(self) -> None:
+        """The files below differ from this one by the one value each refuses."""
+        path = self.write(_entity(1, "anna"), self.memory())
+        call_command("import_project", str(path), org="neworg", project="target", verbosity=0)
+        project = Project.objects.get(name="target")
+        with project_context(project.pk):
+            assert Memory.objects.get().text == "Alice likes tea"
+            assert count_graph(project.pk) == (1, 0)
+
+    def test_a_line_longer_than_any_record_is_refused_before_it_is_read_whole(self) -> None:
+        """A gzip file of a few kilobytes holding a 64 MiB line: read no further than the cap
+        (8 MiB by default, four request bodies), which the memory the reader holds shows."""
+        cap = 4 * django_settings.ENGRAM_MAX_BODY_BYTES
+        path = self.dir / "long.jsonl.gz"
+        header = self.write().read_text().splitlines()[0]
+        with gzip.open(path, "wb", compresslevel=1) as out:
+            out.write(header.encode() + b"\n" + b'{"type": "memory", "text": "')
+            for _ in range(64):
+                out.write(b"a" * 2**20)
+        assert path.stat().st_size < 2**20
+        tracemalloc.start()
+        try:
+            self.refused(path, f"line 2 is longer than {cap} bytes")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 3 * cap  # the whole line would be 64 MiB, and as text as much again
+
+    @override_settings(ENGRAM_MAX_BODY_BYTES=2048)
+    def test_the_line_cap_is_four_request_bodies(self) -> None:
+        fits = self.memory(text="a" * 4000)
+        self.refused(self.write(fits, self.memory(text="a" * 9000)), "line 3 is longer than 8192")
+
+    def test_json_nested_thousands_deep_is_refused(self) -> None:
+        deep = '{"type": "memory", "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        self.refused(self.write(lines=(deep,)), "line 2 nests deeper than 32 levels")
+
+    def test_metadata_nested_deeper_than_a_request_body_is_refused(self) -> None:
+        path = self.write(self.memory(metadata=_deep(200)))
+        self.refused(path, r"line 2: memory\.metadata\.in.*nests deeper than 32 levels")
+        # As deep as a body may hold it, it is taken.
+        call_command(
+            "import_project", str(self.write(self.memory(metadata=_deep(31)))),
+            org="neworg", project="target", check=True, verbosity=0,
+        )  # fmt: skip
+
+    def test_metadata_that_is_not_an_object_is_refused(self) -> None:
+        path = self.write(self.memory(metadata="a string"))
+        self.refused(path, "line 2: memory metadata: must be a JSON object")
+        scoped = self.write(self.memory(metadata={"user_id": "bob"}))
+        self.refused(scoped, "'user_id' is a scope id and cannot be set through metadata")
+
+    def test_a_text_longer_than_the_api_takes_is_refused(self) -> None:
+        limit = django_settings.ENGRAM_MAX_TEXT_CHARS
+        path = self.write(self.memory(text="a" * (limit + 1)))
+        self.refused(path, f"memory text: is {limit + 1} characters; the limit is {limit}")
+        metadata = self.write(self.memory(metadata={"note": "a" * limit}))
+        self.refused(metadata, "memory metadata: is .* characters of JSON")
+
+    def test_a_scope_id_no_add_takes_is_refused(self) -> None:
+        self.refused(self.write(self.memory(user_id="..")), "memory user_id: must not be '..'")
+        self.refused(self.write(self.memory(user_id=None)), "a memory needs a user_id")
+
+    def test_a_moment_outside_the_years_the_api_takes_is_refused(self) -> None:
+        for moment in (10**30, "1e30", "+1000000000000000000000000000000-01-01T00:00:00+00:00"):
+            self.refused(self.write(self.memory(created_at=moment)), "2: memory created_at")
+        # A valid ISO time whose UTC date is in year 10000.
+        late = self.memory(created_at="9999-12-31T23:59:59-15:00")
+        self.refused(self.write(late), "outside years 1-9999 in UTC")
+
+    def test_a_one_megabyte_entity_name_is_refused_by_the_check_as_by_the_import(self) -> None:
+        path = self.write(_entity(1, "a" * 2**20), self.memory())
+        message = f"line 2: entity name: Ensure this field has no more than {MAX_NAME} characters"
+        self.refused(path, message, check=True)
+        self.refused(path, message)
+
+    def test_the_check_writes_the_graph_so_the_database_refuses_there_as_on_import(self) -> None:
+        """What the rules do not know the database may: the check's dry run writes the graph
+        too (rolled back), so a refusal of the database is the check's as well as the import's,
+        and a format error either way. Here the index of entity names, behind the rules' own
+        limit of MAX_NAME characters."""
+        project = make_key("acme", "dry").key.project
+        name = "".join(random.Random(47).choices(string.ascii_lowercase, k=100_000))
+        target = transfer_actions.Target(project.pk, 384, dry_run=True)
+        with pytest.raises(FormatError, match="the database refuses one of these entity records"):
+            transfer_actions.do_import_batch(target, "entity", [_entity(1, name)])
+
+    def test_the_source_projects_settings_are_taken_by_the_projects_apis_rules(self) -> None:
+        path = self.write(self.memory())
+        lines = path.read_text().splitlines()
+        header = json.loads(lines[0])
+        header["project"]["custom_instructions"] = "a" * (django_settings.ENGRAM_MAX_TEXT_CHARS + 1)
+        path.write_text("\n".join([json.dumps(header), *lines[1:]]))
+        self.refused(path, "the header's project custom_instructions: is .* characters")

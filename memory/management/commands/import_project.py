@@ -1,29 +1,30 @@
 """Load a project file made by export_project into a project of this instance (docs/moving.md).
 
-Two passes over the file, each streaming it line by line. The check: every line read and
-checked, and every batch written as the import would write it, inside one transaction that is
-then rolled back (no embedding, no graph write), so a truncated or corrupt file, a format
-version this engram does not read, or a kept id another project holds is refused with nothing
-written. The import: batch by batch through memory.actions.transfer, one transaction each;
-stopped half way (a crash, Ctrl-C), running the command again skips what is there and writes
-the rest.
+Two passes over the file, each streaming it line by line (a line's length capped). The check:
+every line read and checked, each record by the API's rules (check_record: what the API would
+not store is not imported either), and every batch written as the import would write it, graph
+included, inside one transaction that is then rolled back (no embedding), so a truncated or
+corrupt file, a format version this engram does not read, a value the API or the database
+refuses, or a kept id another project holds is refused with nothing written, not even the
+project. The import: the same records through the same rules, batch by batch through
+memory.actions.transfer, one transaction each; stopped half way (a crash, Ctrl-C), running the
+command again skips what is there and writes the rest.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import sys
 import uuid
-import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
+from rest_framework import serializers
 from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs shipped
 
+from config.inputs import UnsafeInputError, check_json
 from memory.actions.transfer import (
     Outcome,
     Target,
@@ -31,9 +32,35 @@ from memory.actions.transfer import (
     do_import_batch,
     do_prepare_project,
 )
+from memory.api.serializers.fields import (
+    JSONObjectField,
+    ScopeIdField,
+    TextField,
+    validate_metadata,
+)
+from memory.models import SCOPE_FIELDS
 from memory.queries.transfer import embedding_dimensions, embedding_model
-from memory.transfer_format import END, FORMAT, RECORD_TYPES, VERSION, FormatError
+from memory.text.recognise import MAX_NAME
+from memory.transfer_format import (
+    END,
+    ENTITY,
+    ENTITY_LINK,
+    ENTITY_VECTOR,
+    EVENT,
+    FEEDBACK,
+    FORMAT,
+    HISTORY,
+    MEMORY,
+    RECORD_TYPES,
+    RELATION,
+    SUMMARY,
+    VERSION,
+    FormatError,
+    parse_record,
+    read_lines,
+)
 from tenants.models import Project
+from tenants.project_serializers import ProjectUpdateSerializer
 
 BATCH = 500
 
@@ -43,9 +70,12 @@ class Command(BaseCommand):
         "Load PATH, a project file written by export_project (.jsonl, or gzip), into the "
         "project ORG/PROJECT (created if missing, with the source project's settings and, "
         "ids kept, its id when free) or the existing --project-id. First the whole file is "
-        "checked and written in a transaction that is rolled back: a truncated or corrupt "
-        "file, another format version, or a kept id that another project of this instance "
-        "holds is refused with a clear message and nothing written (--check stops there). "
+        "checked, each record by the API's rules (text lengths, metadata, scope ids, JSON "
+        "depth and size, entity names), and written in a transaction that is rolled back: a "
+        "truncated or corrupt file, a line longer than any record, another format version, a "
+        "value the API or the database refuses, or a kept id that another project of this "
+        "instance holds is refused with a clear message and nothing written, not even the "
+        "project (--check stops there). "
         "Then it is written in batches of --batch-size records, one transaction each. Ids "
         "are kept (a restored backup keeps every id the application stored); --new-ids copies "
         "under fresh ids (uuid5 of the target project and the old id) with every reference "
@@ -139,12 +169,15 @@ class Command(BaseCommand):
                 raise CommandError(f"No project with id {options['project_id']}.") from None
         if not options.get("org") or not options.get("project"):
             raise CommandError("Name the target: --org and --project, or --project-id.")
-        return do_prepare_project(
-            organization=options["org"],
-            name=options["project"],
-            source=header["project"],
-            keep_id=not new_ids,
-        )
+        org, name = options["org"], options["project"]
+        if not Project.objects.filter(organization__name=org, name=name).exists():
+            check_project_settings(header["project"])
+        try:
+            return do_prepare_project(
+                organization=org, name=name, source=header["project"], keep_id=not new_ids
+            )
+        except ValueError as error:
+            raise CommandError(f"--org/--project: {error}.") from None
 
     def summary(
         self, project: Project, created: bool, reembed: bool, outcomes: dict[str, Outcome]
@@ -174,30 +207,11 @@ def _dimensions(header: dict[str, Any]) -> int:
 # -- reading the file --------------------------------------------------------------------------
 
 
-def _open(path: Path) -> IO[str]:
-    with path.open("rb") as raw:
-        magic = raw.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
-
-
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) of every line, the header included; FormatError at the first
-    line that is not a JSON object, or where the file cannot be read (gzip cut short)."""
-    number = 0
-    try:
-        with _open(path) as lines:
-            for number, line in enumerate(lines, start=1):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    raise FormatError(f"line {number} is not JSON") from None
-                if not isinstance(record, dict):
-                    raise FormatError(f"line {number} is not a JSON object")
-                yield number, record
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as error:
-        raise FormatError(f"the file cannot be read after line {number} ({error})") from None
+    line that is too long, not JSON or not a JSON object, or where the file cannot be read."""
+    for number, text in read_lines(path):
+        yield number, parse_record(number, text)
 
 
 def read_header(path: Path) -> dict[str, Any]:
@@ -273,6 +287,10 @@ def load(
             raise FormatError(f"line {number} has an unknown type {kind!r}")
         if RECORD_TYPES.index(kind) < rank:
             raise FormatError(f"line {number}: a {kind} record after the {RECORD_TYPES[rank]}s")
+        try:
+            check_record(kind, record)
+        except FormatError as error:
+            raise FormatError(f"line {number}: {error}") from None
         if batch and (batch[0]["type"] != kind or len(batch) >= size):
             flush()
         rank = RECORD_TYPES.index(kind)
@@ -290,3 +308,122 @@ def load(
                 f"{header['counts'][kind]}"
             )
     return outcomes
+
+
+# -- the API's rules ---------------------------------------------------------------------------
+# What a record would store, refused where the API refuses it, by the API's own fields and
+# checks (memory.api.serializers.fields, config.inputs): a file, a Mem0 export or an API
+# request, one set of rules (issue #47). The shapes and types of the format are the format's
+# (memory.transfer_format); these are the limits.
+
+
+class _Metadata(JSONObjectField):
+    """A memory's metadata, as an add or an update takes it (JSONObjectField, then
+    validate_metadata)."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        return validate_metadata(super().to_internal_value(data))
+
+
+def _scoped(**fields: serializers.Field[Any, Any, Any, Any]) -> dict[str, Any]:
+    """The scope ids, as an add stores them, and `fields`."""
+    return {name: ScopeIdField(stored=True) for name in SCOPE_FIELDS} | fields
+
+
+def _name() -> serializers.CharField:
+    """An entity's name: at most MAX_NAME characters, the recogniser's and the extractor's."""
+    return serializers.CharField(max_length=MAX_NAME, trim_whitespace=False)
+
+
+# The API's fields by record type and key; each used unbound, as memory.api.serializers.fields
+# cleans a scope id (a serializer a record would cost a copy of every field).
+_RULES: dict[str, dict[str, serializers.Field[Any, Any, Any, Any]]] = {
+    ENTITY: _scoped(
+        name=_name(),
+        display_name=serializers.CharField(
+            max_length=MAX_NAME, trim_whitespace=False, allow_blank=True
+        ),
+    ),
+    RELATION: _scoped(),
+    EVENT: _scoped(),
+    MEMORY: _scoped(
+        text=TextField(),
+        context_before=TextField(allow_blank=True),
+        context_after=TextField(allow_blank=True),
+        metadata=_Metadata(),
+    ),
+    HISTORY: _scoped(
+        old_memory=TextField(allow_null=True, allow_blank=True),
+        new_memory=TextField(allow_null=True, allow_blank=True),
+        metadata=_Metadata(),
+    ),
+    FEEDBACK: {"feedback_reason": TextField(allow_null=True, allow_blank=True)},
+    SUMMARY: _scoped(text=TextField(allow_blank=True)),
+    ENTITY_LINK: _scoped(entity_name=_name()),
+    ENTITY_VECTOR: _scoped(entity_name=_name()),
+}
+
+
+def check_record(kind: str, record: dict[str, Any]) -> None:
+    """Refuse (FormatError) a record holding what the API would not store: JSON deeper or
+    larger than a request body may be, texts and metadata past their limits, a scope id no add
+    takes, a memory without one, an entity name longer than an entity's. Scope ids are cleaned
+    as an add cleans them (the record is changed in place). What a record lacks, or holds of
+    the wrong type, the format's reader says (memory.transfer_format)."""
+    try:
+        # A record's fields sit where a request's do, one level down, so its JSON is checked as
+        # a body; an event's JSON fields are each a body of their own (json_checked, per field).
+        if kind != EVENT:
+            check_json(record, kind)
+    except UnsafeInputError as error:
+        raise FormatError(str(error).rstrip(".")) from None
+    graph = kind in (ENTITY, RELATION)
+    values = record.get("properties") if graph else record
+    if not isinstance(values, Mapping):
+        return
+    for key, field in _RULES[kind].items():
+        if key not in values:
+            continue
+        value = values[key]
+        if graph and key in SCOPE_FIELDS and value == "":
+            continue  # a graph property's unset scope id
+        try:
+            cleaned = field.run_validation(value)
+        except serializers.ValidationError as error:
+            raise FormatError(_first_error(f"{kind} {key}", error.detail)) from None
+        if not graph and key in SCOPE_FIELDS:
+            record[key] = cleaned
+    if kind == MEMORY and not any(record.get(name) for name in SCOPE_FIELDS):
+        raise FormatError("a memory needs a user_id, agent_id, app_id or run_id")
+
+
+def check_project_settings(source: Any) -> None:
+    """The source project's settings an import copies into the project it creates, by the
+    rules of the projects API (PATCH)."""
+    if not isinstance(source, Mapping):
+        return
+    keys = (
+        "description",
+        "custom_instructions",
+        "custom_categories",
+        "includes",
+        "excludes",
+        "deleted_retention_days",
+        "event_retention_days",
+    )
+    given = {key: source[key] for key in keys if key in source}
+    if not given:
+        return
+    rules = ProjectUpdateSerializer(data=given)
+    if not rules.is_valid():
+        raise FormatError(_first_error("the header's project", rules.errors))
+
+
+def _first_error(where: str, errors: Any) -> str:
+    while isinstance(errors, Mapping):
+        key, errors = next(iter(errors.items()))
+        if key != "non_field_errors":
+            where = f"{where} {key}"
+    while isinstance(errors, list) and errors:
+        errors = errors[0]
+    return f"{where}: {str(errors).rstrip('.')}"
