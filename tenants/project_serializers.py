@@ -205,8 +205,23 @@ class ProjectUpdateSerializer(Closed):
 
 
 class ProjectCreateSerializer(serializers.Serializer[dict[str, Any]]):
+    """POST: the new project's name and description; any other key is a 400 naming it."""
+
     name = serializers.CharField(max_length=200)
     description = InstructionsField(required=False)
+    org_id = serializers.CharField(required=False, help_text="Ignored if it is the path's.")
+    project_id = serializers.CharField(
+        required=False, help_text="Ignored if it is the key's project."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        sent = self.initial_data if isinstance(self.initial_data, dict) else {}
+        unknown = sorted(set(sent) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {unknown[0]: "unknown field; known: name, description."}
+            )
+        return attrs
 
 
 class RoleField(serializers.ChoiceField):

@@ -224,6 +224,7 @@ def create_project(request: Request, org_id: str) -> Response:
     project = key_project(request, org_id)
     serializer = s.ProjectCreateSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
+    _check_address(serializer.validated_data, project)
     require_role(request_key(request), EDITORS, "create projects")
     data = serializer.validated_data
     try:

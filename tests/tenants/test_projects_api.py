@@ -184,6 +184,17 @@ class ProjectsApiTestCase(BaseTestCase):
         )
         assert self.call("post", path, {"name": "second"}).status_code == 409
 
+    def test_it_refuses_an_unknown_key_when_creating_a_project(self) -> None:
+        path = f"/api/v1/orgs/organizations/{self.org.pk}/projects/"
+        response = self.call("post", path, {"name": "second", "colour": "blue"})
+        assert response.status_code == 400
+        assert response.json()["detail"] == "colour: unknown field; known: name, description."
+        elsewhere = {"name": "second", "org_id": str(self.charlie.key.project.organization_id)}
+        assert self.call("post", path, elsewhere).status_code == 400
+        assert not Project.objects.filter(name="second").exists()
+        ids = {"org_id": str(self.org.pk), "project_id": str(self.project.pk)}
+        assert self.call("post", path, {"name": "second", **ids}).status_code == 200
+
     def test_it_creates_no_project_in_another_organization(self) -> None:
         path = f"/api/v1/orgs/organizations/{self.charlie.key.project.organization_id}/projects/"
         assert self.call("post", path, {"name": "intruder"}).status_code == 404
