@@ -7,8 +7,11 @@ checked, its times parsed, and its history (the source's ADD / UPDATE / DELETE r
 source keeps one. Nothing here writes: memory.actions.transfer turns them into rows.
 
 A source is input from outside: every field is checked for its type here (a wrong one raises
-SourceError naming the memory and the field), and lengths and choices once more by the project
-file's reader (memory.transfer_format) on the way in.
+SourceError naming the memory and the field), times for the range the API takes; the records
+made of them are checked by the API's rules (import_project.check_record) and by the project
+file's reader (memory.transfer_format) before anything is written. A file is read a line at a
+time (JSON Lines, each line's length capped), or whole when it is one JSON document of at most
+MAX_DOCUMENT_BYTES.
 """
 
 from __future__ import annotations
@@ -24,13 +27,10 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
-from memory.models import (
-    Memory,
-    content_hash,
-    metadata_error,
-    scope_id_error,
-    structured_attributes,
-)
+from config.inputs import MAX_JSON_DEPTH
+from memory.api.serializers.fields import MAX_TIMESTAMP
+from memory.models import Memory, content_hash, structured_attributes
+from memory.transfer_format import FormatError, parse_json, read_lines
 
 SCOPES = ("user_id", "agent_id", "app_id", "run_id")
 # The entity types of a listing, and the scope each filters on.
@@ -38,6 +38,9 @@ ENTITY_SCOPES = {"user": "user_id", "agent": "agent_id", "app": "app_id", "run":
 HISTORY_EVENTS = ("ADD", "UPDATE", "DELETE")
 PAGE_SIZE = 200  # the Platform's largest page
 OSS_LIMIT = 1000  # the open-source server lists at most this many memories per scope
+# A file that is one JSON document is parsed whole (its memories' list can be anywhere in it):
+# above this, JSON Lines, read a line at a time.
+MAX_DOCUMENT_BYTES = 64 * 2**20
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
@@ -177,14 +180,22 @@ def moment(value: Any, where: str, name: str) -> datetime | None:
     if value in (None, ""):
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
+        # The API's range for a timestamp (an add's `timestamp`).
+        if not 0 <= value <= MAX_TIMESTAMP:
+            raise SourceError(f"{where}: {name} {value!r} is not a time from 1970 to 9999")
         return datetime.fromtimestamp(value, tz=UTC)
     if not isinstance(value, str):
         raise SourceError(f"{where}: {name} must be a time")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise SourceError(f"{where}: {name} {value!r} is not an ISO 8601 time") from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        raise SourceError(f"{where}: {name} {value[:40]!r} is not an ISO 8601 time") from None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise SourceError(f"{where}: {name} {value!r} is outside years 1-9999 in UTC") from None
 
 
 def day(value: Any, where: str) -> date | None:
@@ -195,7 +206,7 @@ def day(value: Any, where: str) -> date | None:
     try:
         return date.fromisoformat(value[:10])
     except ValueError:
-        raise SourceError(f"{where}: expiration_date {value!r} is not a date") from None
+        raise SourceError(f"{where}: expiration_date {value[:40]!r} is not a date") from None
 
 
 def _text(value: Any) -> str:
@@ -372,22 +383,9 @@ class FileSource:
         return memory.history
 
     def _items(self) -> Iterator[tuple[str, Any]]:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise SourceError(f"{self.path}: {error}") from None
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError:
-            document = None
+        document = self._document()
         if document is None:  # JSON Lines
-            for number, line in enumerate(text.splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield f"{self.path} line {number}", json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise SourceError(f"{self.path} line {number}: {error.msg}") from None
+            yield from self._lines()
             return
         items = _memory_list(document)
         if items is None:
@@ -397,6 +395,37 @@ class FileSource:
             )
         for position, item in enumerate(items):
             yield f"{self.path} item {position}", item
+
+    def _document(self) -> Any:
+        """The file as one JSON document, or None: it is not one (JSON Lines), or it is larger
+        than MAX_DOCUMENT_BYTES (read as JSON Lines, whose first line then says so)."""
+        try:
+            if self.path.stat().st_size > MAX_DOCUMENT_BYTES:
+                return None
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise SourceError(f"{self.path}: {error}") from None
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise SourceError(f"{self.path}: nests deeper than {MAX_JSON_DEPTH} levels") from None
+        except ValueError:
+            return None
+
+    def _lines(self) -> Iterator[tuple[str, Any]]:
+        try:
+            for number, line in read_lines(self.path):
+                if line.strip():
+                    yield f"{self.path} line {number}", parse_json(line, f"line {number}")
+        except FormatError as error:
+            larger = self.path.stat().st_size > MAX_DOCUMENT_BYTES
+            note = (
+                f" (a file of more than {MAX_DOCUMENT_BYTES} bytes is read as JSON Lines, one "
+                "memory a line)"
+                if larger
+                else ""
+            )
+            raise SourceError(f"{self.path}: {error}{note}") from None
 
 
 def _memory_list(document: Any) -> list[Any] | None:
@@ -467,16 +496,8 @@ def memory_record(
     """The project-file record (memory.transfer_format) of a source memory. `known`: the source
     ids being imported, so a replaced_by naming any other memory is dropped (and the memory,
     whose replacement is not coming, stays current). The source's id goes in the metadata
-    when the engram id will not be it (`keep_source_id`: the import maps every id)."""
-    for name, value in memory.scope.items():
-        problem = scope_id_error(value) if value is not None else None
-        if problem:
-            raise SourceError(f"memory {memory.id}: {name} {problem}")
-    if not any(memory.scope.values()):
-        raise SourceError(f"memory {memory.id}: no user_id, agent_id, app_id or run_id")
-    problem = metadata_error(memory.metadata)
-    if problem:
-        raise SourceError(f"memory {memory.id}: metadata {problem}")
+    when the engram id will not be it (`keep_source_id`: the import maps every id). Its values
+    are checked by the API's rules by the caller (import_project.check_record)."""
     metadata = dict(memory.metadata)
     if keep_source_id or engram_id(memory.id) != _uuid_or_none(memory.id):
         metadata[MAPPED_ID_KEY] = memory.id

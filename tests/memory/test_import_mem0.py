@@ -14,10 +14,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test import override_settings
 
-from memory import jobs
+from memory import jobs, mem0_sources
 from memory.models import Memory, MemoryHistory
 from tenants.actions import do_create_project_key
 from tenants.db import project_context
@@ -92,7 +94,7 @@ def test_it_imports_a_platform_project_with_history_and_supersession(source: Any
     url, key, ids = source
     with pytest.raises(CommandError, match="exists already in another project"):
         _import(api_url=url, api_key=key.raw, org="engram", project="clash")
-    assert _memories(_project("engram", "clash").pk) == {}
+    assert not Project.objects.filter(name="clash").exists()  # checked before it was made
 
     _import(api_url=url, api_key=key.raw, org="engram", project="moved", new_ids=True)
     target = _project("engram", "moved").pk
@@ -148,8 +150,7 @@ def test_a_refused_key_is_a_clear_error_and_writes_nothing(source: Any) -> None:
     url, _, _ = source
     with pytest.raises(CommandError, match="refused the key"):
         _import(api_url=url, api_key="m0-wrong", org="engram", project="refused")
-    target = _project("engram", "refused").pk
-    assert _memories(target) == {}
+    assert not Project.objects.filter(name="refused").exists()
 
 
 # -- from an export file -------------------------------------------------------------------------
@@ -214,7 +215,7 @@ def test_a_bad_export_file_is_refused_naming_the_memory(tmp_path: Path) -> None:
     path.write_text(json.dumps([_item(str(uuid.uuid4()), "ok"), {"id": "x", "memory": 5}]))
     with pytest.raises(CommandError, match=r"item 1 \(memory x\): no text"):
         _import(file=str(path), org="engram", project="bad-file")
-    assert _memories(_project("engram", "bad-file").pk) == {}
+    assert not Project.objects.filter(name="bad-file").exists()
 
 
 # -- from the open-source server -----------------------------------------------------------------
@@ -409,3 +410,66 @@ def test_a_source_whose_pages_go_round_in_circles_ends() -> None:
     assert pages.memory_pages == 2  # the second page held nothing new: the scope ended
     (memory,) = _memories(_project("engram", "same-page").pk).values()
     assert memory.text == "I like loops"
+
+
+# -- one set of rules: what the API refuses, the import refuses, leaving nothing (issue #47) ----
+
+
+def _refused(path: Path, message: str) -> None:
+    """The command stops with one line naming what is wrong, and no project was made."""
+    with pytest.raises(CommandError, match=message) as refusal:
+        _import(file=str(path), org="engram", project="refused")
+    assert "\n" not in str(refusal.value) and str(refusal.value).endswith("Nothing was written.")
+    assert not Project.objects.filter(name="refused").exists()
+
+
+def _export(tmp_path: Path, *items: dict[str, Any]) -> Path:
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps({"results": [_item(str(uuid.uuid4()), "I like tea"), *items]}))
+    return path
+
+
+def test_a_memory_longer_than_the_api_takes_is_refused(tmp_path: Path) -> None:
+    limit = settings.ENGRAM_MAX_TEXT_CHARS
+    long = _item("m-long", "a" * (limit + 1))
+    _refused(_export(tmp_path, long), rf"memory m-long: memory text: is {limit + 1} characters")
+
+
+def test_metadata_the_api_refuses_is_refused(tmp_path: Path) -> None:
+    deep: Any = "bottom"
+    for _ in range(200):
+        deep = {"in": deep}
+    _refused(_export(tmp_path, _item("m-deep", "x", metadata=deep)), "nests deeper than 32")
+    _refused(_export(tmp_path, _item("m-str", "x", metadata="a string")), "must be an object")
+    big = _item("m-big", "x", metadata={"note": "a" * settings.ENGRAM_MAX_TEXT_CHARS})
+    _refused(_export(tmp_path, big), "metadata: is .* characters of JSON")
+
+
+def test_json_nested_thousands_deep_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    _refused(path, "nests deeper than 32 levels")
+    lines = tmp_path / "deep.jsonl"
+    lines.write_text(json.dumps(_item(str(uuid.uuid4()), "ok")) + "\n" + "[" * 100_000 + "\n")
+    _refused(lines, "line 2 nests deeper than 32 levels")
+
+
+def test_a_time_outside_the_years_the_api_takes_is_refused(tmp_path: Path) -> None:
+    for moment in (10**30, 1e30, -1, "9999-12-31T23:59:59-15:00"):
+        _refused(_export(tmp_path, _item("m-time", "x", created_at=moment)), "created_at")
+
+
+def test_a_line_longer_than_any_record_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory of hundreds of megabytes, in small: JSON Lines are read a line at a time, each
+    line no further than four request bodies; a JSON document is read whole only up to
+    MAX_DOCUMENT_BYTES, and past it as JSON Lines."""
+    path = tmp_path / "export.jsonl"
+    good = json.dumps(_item(str(uuid.uuid4()), "I like tea"))
+    path.write_text(good + "\n" + json.dumps(_item("m-huge", "a" * 5000)) + "\n")
+    monkeypatch.setattr(mem0_sources, "MAX_DOCUMENT_BYTES", 2048)
+    document = _export(tmp_path, _item("m-huge", "a" * 5000))
+    with override_settings(ENGRAM_MAX_BODY_BYTES=1024):
+        _refused(path, "line 2 is longer than 4096 bytes")
+        _refused(document, "line 1 is longer than 4096 bytes.*read as JSON Lines")

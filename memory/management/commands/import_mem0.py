@@ -1,14 +1,25 @@
-"""Bring a Mem0 user's memories into engram (docs/moving.md, "Coming from Mem0")."""
+"""Bring a Mem0 user's memories into engram (docs/moving.md, "Coming from Mem0").
+
+Three steps. Read: every memory of the source, and the history of each the project does not
+hold yet, each made into the project file's records and checked by the API's rules
+(import_project.check_record). Check: every batch written as the import writes it, in one
+transaction that is rolled back (import_project's check), so a memory the API or the database
+refuses, or an id another project holds, stops the command with nothing written, not even the
+project. Import: batch by batch, one transaction each; stopped half way, running it again
+skips what is there.
+"""
 
 from __future__ import annotations
 
 import sys
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs shipped
 
 from memory.actions.transfer import (
@@ -18,13 +29,13 @@ from memory.actions.transfer import (
     do_import_batch,
     do_prepare_project,
 )
+from memory.management.commands.import_project import check_record
 from memory.mem0_sources import (
     FileSource,
     OssSource,
     PlatformSource,
     Source,
     SourceError,
-    SourceMemory,
     engram_id,
     history_records,
     memory_record,
@@ -35,6 +46,14 @@ from memory.transfer_format import HISTORY, MEMORY, FormatError
 from tenants.models import Project
 
 BATCH = 200
+
+
+@dataclass
+class Prepared:
+    """A source memory as the records an import writes: its memory and its history rows."""
+
+    memory: dict[str, Any]
+    history: list[dict[str, Any]]
 
 
 class Command(BaseCommand):
@@ -88,35 +107,44 @@ class Command(BaseCommand):
         if not 1 <= size <= 5_000:
             raise CommandError("--batch-size must be from 1 to 5000.")
         source = self.source(options)
-        project = self.target(options)
+        existing = self.existing(options)
         quiet = options["verbosity"] == 0 or not sys.stderr.isatty()
+        new_ids = bool(options["new_ids"])
         try:
-            memories = self.read(source, quiet)
-            outcomes = self.load(
-                source,
-                project,
-                memories,
-                size=size,
-                history=not options["no_history"],
-                new_ids=options["new_ids"],
-                quiet=quiet,
-            )
-        except SourceError as error:
-            raise CommandError(f"{source.name}: {error}") from None
-        except (FormatError, TransferConflictError) as error:
-            raise CommandError(f"{source.name}: {error}") from None
+            history = not options["no_history"]
+            prepared, there = self.prepare(source, existing, new_ids, history, quiet)
+            self.rehearse(options, prepared, new_ids=new_ids, size=size)
+        except (SourceError, FormatError, TransferConflictError) as error:
+            refusal = str(error).rstrip(".")
+            raise CommandError(f"{source.name}: {refusal}. Nothing was written.") from None
+        project = self.target(options)
+        target = Target(
+            project.pk, embedding_dimensions(), new_ids, reembed=True, link_entities=True
+        )
+        with tqdm(
+            total=len(prepared), desc="importing", unit="mem", disable=quiet, file=sys.stderr
+        ) as bar:
+            try:
+                outcomes = self.load(target, prepared, size=size, bar=bar)
+            except (FormatError, TransferConflictError) as error:
+                raise CommandError(
+                    f"{source.name}: {str(error).rstrip('.')}. The batch being written was "
+                    "rolled back; the batches before it are in the project: run the command "
+                    "again to finish it once the cause is fixed."
+                ) from None
+        outcomes[MEMORY].skipped += there
         if isinstance(source, OssSource) and source.capped:
             self.stderr.write(
                 "These scopes have 1000 memories or more; the open-source server lists no more "
                 f"than 1000 of a scope, so the rest were not read: {', '.join(source.capped)}"
             )
         if options["verbosity"] > 0:
-            memory, history = outcomes[MEMORY], outcomes[HISTORY]
+            memory, rows = outcomes[MEMORY], outcomes[HISTORY]
             self.stdout.write(
                 self.style.SUCCESS(
                     f"{project.organization.name}/{project.name} ({project.pk}): "
                     f"{memory.written} memories imported, {memory.skipped} already there; "
-                    f"{history.written} history rows"
+                    f"{rows.written} history rows"
                 )
             )
 
@@ -141,7 +169,9 @@ class Command(BaseCommand):
         except SourceError as error:
             raise CommandError(str(error)) from None
 
-    def target(self, options: dict[str, Any]) -> Project:
+    def existing(self, options: dict[str, Any]) -> Project | None:
+        """The target project if it exists already (None: the import creates it, once the
+        check has passed)."""
         if options.get("project_id"):
             if options.get("org") or options.get("project"):
                 raise CommandError("Give --project-id or --org/--project, not both.")
@@ -151,62 +181,94 @@ class Command(BaseCommand):
                 raise CommandError(f"No project with id {options['project_id']}.") from None
         if not options.get("org") or not options.get("project"):
             raise CommandError("Name the target: --org and --project, or --project-id.")
-        return do_prepare_project(organization=options["org"], name=options["project"])[0]
+        found = Project.objects.filter(
+            organization__name=options["org"], name=options["project"]
+        ).first()
+        return found
 
-    def read(self, source: Source, quiet: bool) -> list[SourceMemory]:
-        """Every memory of the source, each checked (the list is read whole: a memory engram
-        can't hold stops the command before anything is written, and supersession links are
-        put in order)."""
+    def target(self, options: dict[str, Any]) -> Project:
+        """The target project, created if missing."""
+        if options.get("project_id"):
+            return do_prepare_project(project_id=uuid.UUID(str(options["project_id"])))[0]
+        try:
+            return do_prepare_project(organization=options["org"], name=options["project"])[0]
+        except ValueError as error:
+            raise CommandError(f"--org/--project: {error}.") from None
+
+    def prepare(
+        self,
+        source: Source,
+        existing: Project | None,
+        new_ids: bool,
+        history: bool,
+        quiet: bool,
+    ) -> tuple[list[Prepared], int]:
+        """The records of every memory of the source the project does not hold yet, in the
+        order they are written (each after the memory that replaced it), each checked, with
+        its history (read from the source unless `history` is off); and how many it holds.
+        The whole source is read before anything is written."""
         with tqdm(desc="reading", unit="mem", disable=quiet, file=sys.stderr) as bar:
             found = []
             for memory in source.memories():
                 found.append(memory)
                 bar.update(1)
         known, now = {m.id for m in found}, datetime.now(UTC)
-        for memory in found:
-            memory_record(memory, known=known, now=now)
-        return supersession_order(found)
+        ordered = supersession_order(found)
+        there: set[uuid.UUID | None] = set()
+        if existing is not None:
+            # The ids the project maps them to (--new-ids: uuid5 of the project and the id).
+            ids = Target(existing.pk, 0, new_ids)
+            mapped = [ids.uid(engram_id(m.id)) for m in ordered]
+            for start in range(0, len(mapped), BATCH):
+                chunk = [i for i in mapped[start : start + BATCH] if i is not None]
+                there |= set(present_memory_ids(existing.pk, chunk))
+            ordered = [m for m, i in zip(ordered, mapped, strict=True) if i not in there]
+        prepared = []
+        for memory in ordered:
+            if history:
+                memory.history = source.history(memory) or memory.history
+            record = memory_record(memory, known=known, now=now, keep_source_id=new_ids)
+            rows = history_records(memory, now=now)
+            for kind, item in ((MEMORY, record), *((HISTORY, row) for row in rows)):
+                try:
+                    check_record(kind, item)
+                except FormatError as error:
+                    raise SourceError(f"memory {memory.id}: {error}.") from None
+            prepared.append(Prepared(record, rows))
+        return prepared, len(found) - len(ordered)
+
+    def rehearse(
+        self, options: dict[str, Any], prepared: list[Prepared], *, new_ids: bool, size: int
+    ) -> None:
+        """Every batch written as the import writes it (without embedding), in a transaction
+        that is then rolled back, the project too if it is made here: FormatError or
+        TransferConflictError where the import would stop."""
+        with transaction.atomic():
+            project = self.target(options)
+            dimensions = embedding_dimensions()
+            target = Target(project.pk, dimensions, new_ids, reembed=True, dry_run=True)
+            self.load(target, prepared, size=size, bar=None)
+            transaction.set_rollback(True)
 
     def load(
-        self,
-        source: Source,
-        project: Project,
-        memories: list[SourceMemory],
-        *,
-        size: int,
-        history: bool,
-        new_ids: bool,
-        quiet: bool,
+        self, target: Target, prepared: list[Prepared], *, size: int, bar: Any
     ) -> dict[str, Outcome]:
-        target = Target(
-            project.pk, embedding_dimensions(), new_ids, reembed=True, link_entities=True
-        )
-        known = {m.id for m in memories}
-        now = datetime.now(UTC)
         outcomes = {MEMORY: Outcome(), HISTORY: Outcome()}
-        with tqdm(
-            total=len(memories), desc="importing", unit="mem", disable=quiet, file=sys.stderr
-        ) as bar:
-            for start in range(0, len(memories), size):
-                batch = memories[start : start + size]
-                ids = {m.id: target.uid(engram_id(m.id)) for m in batch}
-                there = present_memory_ids(project.pk, [i for i in ids.values() if i])
-                fresh = [m for m in batch if ids[m.id] not in there]
-                outcomes[MEMORY].skipped += len(batch) - len(fresh)
-                if history:
-                    for memory in fresh:
-                        memory.history = source.history(memory) or memory.history
-                records = [
-                    memory_record(m, known=known, now=now, keep_source_id=new_ids) for m in fresh
-                ]
-                rows = [r for m in fresh for r in history_records(m, now=now)]
-                # History first: a run stopped between the two transactions has written
-                # history rows (skipped by id when run again) but not the memories, which the
-                # next run then imports; the other way round it would skip their history.
-                written = do_import_batch(target, HISTORY, rows)
-                outcomes[HISTORY].written += written.written
-                done = do_import_batch(target, MEMORY, records)
-                outcomes[MEMORY].written += done.written
-                outcomes[MEMORY].skipped += done.skipped
+        for start in range(0, len(prepared), size):
+            batch = prepared[start : start + size]
+            # Written by a run that stopped: skipped before anything is embedded for them.
+            ids = {target.uid(uuid.UUID(p.memory["id"])) for p in batch}
+            there = present_memory_ids(target.project_id, [i for i in ids if i is not None])
+            fresh = [p for p in batch if target.uid(uuid.UUID(p.memory["id"])) not in there]
+            outcomes[MEMORY].skipped += len(batch) - len(fresh)
+            # History first: a run stopped between the two transactions has written history
+            # rows (skipped by id when run again) but not the memories, which the next run then
+            # imports; the other way round it would skip their history.
+            written = do_import_batch(target, HISTORY, [r for p in fresh for r in p.history])
+            outcomes[HISTORY].written += written.written
+            done = do_import_batch(target, MEMORY, [p.memory for p in fresh])
+            outcomes[MEMORY].written += done.written
+            outcomes[MEMORY].skipped += done.skipped
+            if bar is not None:
                 bar.update(len(batch))
         return outcomes
