@@ -5,14 +5,28 @@ session gets them when it connects. Every process starts with the background dea
 (settings.py: workers, management commands, the test suite); the web server's processes switch
 to the tighter API ones (config/wsgi.py), and `manage.py migrate` drops the statement deadline
 (config/cli.py), since building an index over a large table may take minutes.
+
+Under the API deadlines a request also has one time budget for all its statements together,
+ENGRAM_API_REQUEST_BUDGET_MS from its start (RequestBudget): a request of many statements,
+each under statement_timeout, cannot add up to more. While a request has used less than a
+twentieth of its budget, each statement's own deadline bounds it (nothing is sent); past that,
+each statement is sent with statement_timeout set to what is left, and none is sent once
+nothing is: the request ends as a statement past its deadline does (503, nothing changed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from psycopg.errors import QueryCanceled
 
 Kind = Literal["api", "background", "migrate"]
+_kind: Kind = "background"
+# Below this share of its budget used, a request's statements keep the session's deadline.
+BUDGET_SLACK = 1 / 20
 
 
 def session_options(base: str, deadlines: Mapping[str, int], idle_ms: int) -> str:
@@ -27,6 +41,8 @@ def use(kind: Kind) -> None:
     from django.conf import settings
     from django.db import connections
 
+    global _kind  # noqa: PLW0603 - the process's kind, chosen once at start-up
+    _kind = kind
     deadlines = dict(settings.ENGRAM_DB_DEADLINES["background" if kind == "migrate" else kind])
     if kind == "migrate":
         deadlines["statement_timeout"] = 0
@@ -36,3 +52,57 @@ def use(kind: Kind) -> None:
     for alias in connections:
         connections[alias].settings_dict.setdefault("OPTIONS", {})["options"] = options
     connections.close_all()
+
+
+class RequestBudget:
+    """A Django execute wrapper: the request's statements end within `seconds` together."""
+
+    def __init__(self, seconds: float, statement_ms: int) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.statement_ms = statement_ms  # the session's own statement_timeout
+        self.lowered = False
+
+    def __call__(
+        self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
+        used = time.monotonic() - self.started
+        if used > self.seconds * BUDGET_SLACK:
+            left_ms = int((self.seconds - used) * 1000)
+            if left_ms <= 0:
+                from django.db import OperationalError
+
+                # As the database says it (57014), so every caller treats it as the deadline.
+                cancel = QueryCanceled(f"the request used its budget of {self.seconds:g} s")
+                raise OperationalError(str(cancel)) from cancel
+            if not self.statement_ms or left_ms < self.statement_ms:
+                context["connection"].connection.execute(f"SET statement_timeout = {left_ms}")
+                self.lowered = True
+        return execute(sql, params, many, context)
+
+    def restore(self, connection: Any) -> None:
+        """Give the session its own deadline back (it outlives the request)."""
+        if self.lowered and connection.connection is not None:
+            connection.connection.execute(f"SET statement_timeout = {int(self.statement_ms)}")
+
+
+@contextmanager
+def request_budget() -> Iterator[None]:
+    """The request's statements under one budget, if this process runs under API deadlines."""
+    from django.conf import settings
+    from django.db import connection
+
+    budget_ms = settings.ENGRAM_API_REQUEST_BUDGET_MS
+    if _kind != "api" or not budget_ms:
+        yield
+        return
+    statement_ms = int(settings.ENGRAM_DB_DEADLINES["api"]["statement_timeout"])
+    budget = RequestBudget(budget_ms / 1000, statement_ms)
+    try:
+        with connection.execute_wrapper(budget):
+            yield
+    finally:
+        try:
+            budget.restore(connection)
+        except Exception:  # a broken session is closed and replaced by Django anyway
+            connection.close()

@@ -10,9 +10,12 @@ from config.env import env_int
 
 wsgi_app = "config.wsgi:application"
 
-# One process per core, one thread each: embedding and search are CPU-bound (bench/).
+# One process per core: embedding and search are CPU-bound (bench/). Four threads each, so that
+# a tenant's slow requests (a statement waiting on a lock, a large scope), of which a key may
+# have two in flight per process and a project three (tenants.throttling.InFlight), leave
+# threads for everyone else: with one thread, two slow requests held the whole server.
 workers = env_int("ENGRAM_WEB_WORKERS", 2, minimum=1)
-threads = env_int("ENGRAM_WEB_THREADS", 1, minimum=1)
+threads = env_int("ENGRAM_WEB_THREADS", 4, minimum=1)
 # Seconds an idle client connection is kept open for its next request. The sync worker closes
 # every connection after one response, so each request paid a TCP connect and accept
 # (bench/http_floor.py); the gthread worker keeps it, even with one thread, and parks idle

@@ -1,5 +1,6 @@
-"""Cross-cutting request plumbing: request ids (also in every log line), the client's address,
-the body size limit (chunked bodies included) and the Content-Security-Policy header."""
+"""Cross-cutting request plumbing: request ids (also in every log line), the request's time
+budget, the client's address, the body size limit (chunked bodies included) and the
+Content-Security-Policy header."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from config import deadlines
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -150,6 +153,17 @@ class BodySizeLimitMiddleware:
                 {"detail": f"Request body exceeds the limit of {limit} bytes."}, status=413
             )
         return self.get_response(request)
+
+
+class RequestBudgetMiddleware:
+    """One time budget for all of a request's statements (config.deadlines.request_budget)."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        with deadlines.request_budget():
+            return self.get_response(request)
 
 
 class ContentSecurityPolicyMiddleware:

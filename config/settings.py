@@ -95,6 +95,9 @@ MIDDLEWARE = [
     "audit.middleware.AccessLogMiddleware",
     # Outside every middleware that refuses a request: one error shape for all of /mcp/.
     "memory.mcp.http.McpRefusalMiddleware",
+    # The request's statements under one budget: all but the access log's row, written after.
+    "config.middleware.RequestBudgetMiddleware",
+    "tenants.throttling.InFlightMiddleware",
     # Inside the access log, so a refused body (413, 411) is logged too.
     "config.middleware.BodySizeLimitMiddleware",
     "config.inputs.SafeUrlMiddleware",
@@ -166,6 +169,13 @@ ENGRAM_DB_DEADLINES = {
         "lock_timeout": env_int("ENGRAM_BACKGROUND_LOCK_TIMEOUT_MS", 30_000, minimum=0),
     },
 }
+# A web request's statements together end within this budget, from the request's start
+# (config.deadlines.RequestBudget; 0: none): by default one statement's deadline.
+ENGRAM_API_REQUEST_BUDGET_MS = env_int(
+    "ENGRAM_API_REQUEST_BUDGET_MS",
+    ENGRAM_DB_DEADLINES["api"]["statement_timeout"],
+    minimum=0,
+)
 ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
     "ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000, minimum=0
 )
@@ -242,6 +252,15 @@ ENGRAM_MAX_JSON_NODES = env_int("ENGRAM_MAX_JSON_NODES", 50_000, minimum=100)
 # Requests per API key ("N/second|minute|hour|day"; "off" disables), counted in each web
 # process (Django's local-memory cache): with W workers a key gets at most W times this.
 ENGRAM_API_RATE = env_str("ENGRAM_API_RATE", "1200/minute")
+# Slow requests (tenants.throttling.InFlight): a request is slow once it has run past
+# ENGRAM_API_SLOW_MS; a key (project) may have this many slow requests in flight in one web
+# process, and a request beyond is refused (429 with Retry-After) and holds the key (project)
+# to that many requests in flight, slow or not, for the cool-down; so the process's other
+# threads (ENGRAM_WEB_THREADS) stay free for other tenants. Fast requests are never limited.
+ENGRAM_API_SLOW_MS = env_int("ENGRAM_API_SLOW_MS", 1_000, minimum=1)
+ENGRAM_API_SLOW_COOLDOWN_SECONDS = env_int("ENGRAM_API_SLOW_COOLDOWN_SECONDS", 30, minimum=0)
+ENGRAM_API_KEY_SLOW_REQUESTS = env_int("ENGRAM_API_KEY_SLOW_REQUESTS", 2, minimum=1)
+ENGRAM_API_PROJECT_SLOW_REQUESTS = env_int("ENGRAM_API_PROJECT_SLOW_REQUESTS", 3, minimum=1)
 # Failed logins per client address in 15 minutes, on the admin's and the dashboard's login
 # forms together, before both answer 429 (config/logins.py).
 ENGRAM_ADMIN_LOGIN_ATTEMPTS = env_int("ENGRAM_ADMIN_LOGIN_ATTEMPTS", 10, minimum=1)
@@ -249,7 +268,10 @@ ENGRAM_ADMIN_LOGIN_ATTEMPTS = env_int("ENGRAM_ADMIN_LOGIN_ATTEMPTS", 10, minimum
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.authentication.HasProjectKey"],
-    "DEFAULT_THROTTLE_CLASSES": ["tenants.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "tenants.throttling.ApiKeyRateThrottle",
+        "tenants.throttling.SlowRequestThrottle",
+    ],
     "DEFAULT_THROTTLE_RATES": {"api_key": None if ENGRAM_API_RATE == "off" else ENGRAM_API_RATE},
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["config.inputs.SafeJSONParser"],

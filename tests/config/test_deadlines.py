@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,11 +19,12 @@ from typing import Any
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import override_settings
 
 from audit.models import AccessLog
 from config import deadlines
+from config.exceptions import deadline_exceeded
 from memory.models import Memory
 from tenants.db import project_context
 from tests.factory import auth, make_key
@@ -164,3 +166,63 @@ def test_the_web_server_runs_under_the_api_deadlines_and_others_under_the_backgr
         "import django; django.setup()\nfrom config import deadlines; deadlines.use('migrate')"
     )
     assert _show(migrate, env) == "0 4500ms 42s"
+
+
+# --- One budget for all of a request's statements ---------------------------------------------
+
+
+def _sleep(seconds: float) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(%s)", [seconds])
+
+
+def _statement_timeout() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('statement_timeout')")
+        return str(cursor.fetchone()[0])
+
+
+@override_settings(ENGRAM_API_REQUEST_BUDGET_MS=1500)
+def test_a_requests_statements_share_one_budget(committed_db: None, api_session: None) -> None:
+    """Two statements of 1 s each, both under the 2 s statement deadline: the second is
+    cancelled when the request's 1.5 s are used up, and the session gets its deadline back."""
+    with _api_deadlines(2000, 0):
+        deadlines.use("api")
+        with deadlines.request_budget():
+            _sleep(1)
+            with pytest.raises(OperationalError) as raised:
+                _sleep(1)
+        assert deadline_exceeded(raised.value)
+        assert _statement_timeout() == "2s"
+
+
+@override_settings(ENGRAM_API_REQUEST_BUDGET_MS=500)
+def test_no_statement_is_sent_once_the_budget_is_used_up(
+    committed_db: None, api_session: None
+) -> None:
+    with _api_deadlines(2000, 0):
+        deadlines.use("api")
+        with deadlines.request_budget():
+            time.sleep(0.6)  # the request's own work (the embedder, say) used it all
+            with pytest.raises(OperationalError, match=r"budget of 0\.5 s") as raised:
+                _sleep(0)
+        assert deadline_exceeded(raised.value)
+
+
+def test_a_request_past_its_budget_is_a_503_that_changes_nothing(
+    committed_db: None, api_session: None, client: Any
+) -> None:
+    """An add whose statement waits on a lock, with no statement deadline at all: the
+    request's budget ends it, 503 with Retry-After, nothing stored."""
+    key = make_key("acme", "budget")
+    body = {"messages": [{"role": "user", "content": "I keep bees."}], "user_id": "alice",
+            "infer": False}  # fmt: skip
+    with _api_deadlines(0, 0), override_settings(ENGRAM_API_REQUEST_BUDGET_MS=400):
+        deadlines.use("api")
+        with memories_locked():
+            response = client.post("/v1/memories/", body, content_type="application/json",
+                                   headers=auth(key.raw))  # fmt: skip
+    assert response.status_code == 503, response.content
+    assert response.headers["Retry-After"] == "2"
+    with project_context(key.key.project_id):
+        assert not Memory.objects.exists()

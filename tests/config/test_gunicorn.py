@@ -73,8 +73,8 @@ def chunked(body: bytes, size: int = 1000) -> bytes:
 
 @pytest.fixture(
     scope="module",
-    params=[("1", "0"), ("1", "10"), ("2", "10")],
-    ids=["sync", "gthread-keepalive", "gthread-2-threads"],
+    params=[("1", "0"), ("1", "10"), ("4", "10")],
+    ids=["sync", "gthread-keepalive", "gthread-4-threads"],
 )
 def server(
     request: pytest.FixtureRequest,
@@ -82,7 +82,7 @@ def server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[int]:
     """gunicorn on a free loopback port and the test database: the sync worker (no
-    keep-alive), the default (one thread, keep-alive: the gthread worker), two threads."""
+    keep-alive), one thread with keep-alive (the gthread worker), the default four threads."""
     threads, keepalive = request.param
     log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
     settings = {
