@@ -139,6 +139,14 @@ class ErasureRequest(models.Model):
     class Meta:
         indexes: ClassVar = [
             models.Index(fields=["project", "created_at"], name="erasure_project_time"),
+            # The requests not yet done, by user: the webhooks' outbox trigger asks at every
+            # history row, and their rendering at every delivery, whether its user's erasure
+            # is asked (webhooks migration 0003, webhooks.render); a done one has no id in clear.
+            models.Index(
+                fields=["project", "subject_id"],
+                name="erasure_unfinished_subject",
+                condition=~models.Q(subject_id=""),
+            ),
         ]
 
     def __str__(self) -> str:

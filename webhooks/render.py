@@ -4,6 +4,12 @@ The outbox keeps ids only; the text and scope ids come from the memory's history
 now. Erasure deletes that row and redaction rewrites it (audit migrations), so what a user had
 erased is never sent: a delivery whose row is gone, or whose memory was redacted, is dropped
 with the reason instead.
+
+Nor is what a user asked to have erased, while the worker has not yet erased it (their memories
+hidden, the history rows still there): a change of a user with an erasure request not done,
+made before it or while it is pending, is sent by ids only if it removed the memory (as the
+memory_delete the outbox trigger writes for each memory an erasure hides, which names no history
+row: webhooks migration 0003), and dropped otherwise.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q
+
 from audit.models import ErasureRequest, PurgeRecord
 from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
-from webhooks.models import ERASURE_COMPLETE, Delivery
+from webhooks.models import ERASURE_COMPLETE, MEMORY_DELETE, Delivery
 
 # The text redaction leaves in a memory and in the history rows that quoted it (audit 0012).
 REDACTED_TEXT = "[redacted]"
@@ -44,12 +52,17 @@ def render(delivery: Delivery) -> bytes | Dropped:
 
 def _memory_details(delivery: Delivery) -> dict[str, Any] | Dropped:
     if delivery.history_id is None:
+        if delivery.event_type == MEMORY_DELETE and delivery.memory_id is not None:
+            return _ids_only(delivery)  # a memory hidden by its user's erasure
         return Dropped("no history row named")
     row = MemoryHistory.objects.filter(
         project_id=delivery.project_id, pk=delivery.history_id
     ).first()
     if row is None:
         return Dropped("the change's history row is gone (the memory or its user was erased)")
+    if _erasure_asked(row):
+        deleted = delivery.event_type == MEMORY_DELETE
+        return _ids_only(delivery) if deleted else Dropped("the memory's user's erasure is asked")
     state = (
         Memory.objects.filter(project_id=delivery.project_id, pk=row.memory_id)
         .values_list("state", flat=True)
@@ -69,6 +82,38 @@ def _memory_details(delivery: Delivery) -> dict[str, Any] | Dropped:
         "history_id": str(row.id),
         "add_event_id": str(row.event_id) if row.event_id else None,
         "created_at": row.created_at.isoformat(),
+    }
+
+
+def _erasure_asked(row: MemoryHistory) -> bool:
+    """Whether `row`'s user has an erasure not done (their id in clear is kept until then):
+    pending, or asked after the row was written and failed for good (purge_user is due)."""
+    if not row.user_id:
+        return False
+    unfinished = Q(status=ErasureRequest.Status.PENDING) | Q(
+        status=ErasureRequest.Status.FAILED, created_at__gte=row.created_at
+    )
+    return (
+        ErasureRequest.objects.filter(project_id=row.project_id, subject_id=row.user_id)
+        .exclude(subject_id="")
+        .filter(unfinished)
+        .exists()
+    )
+
+
+def _ids_only(delivery: Delivery) -> dict[str, Any]:
+    """A memory_delete that names the memory and nothing of its user: no text, scope ids,
+    metadata or categories (the Platform's shape, those fields empty)."""
+    return {
+        "id": str(delivery.memory_id),
+        "event": "DELETE",
+        "data": {"memory": None},
+        "categories": [],
+        "metadata": {},
+        **dict.fromkeys(SCOPE_FIELDS),
+        "history_id": None,
+        "add_event_id": None,
+        "created_at": delivery.created_at.isoformat(),
     }
 
 

@@ -131,15 +131,20 @@ def do_hide_and_request_erasure(
     project: Project | uuid.UUID, user_id: str, *, actor: Actor | str
 ) -> tuple[int, ErasureRequest]:
     """The right to erasure as a caller asks it (the API's user delete, the end user's own
-    dashboard): in one transaction, hide every active memory of the user at once (the soft
-    delete, with history rows) and queue the erasure (do_request_user_erasure). Returns the
-    number of memories hidden and the request."""
+    dashboard): in one transaction, queue the erasure (do_request_user_erasure) and hide every
+    active memory of the user at once (the soft delete, with history rows). Returns the number
+    of memories hidden and the request.
+
+    The request comes first: the webhooks' outbox trigger (webhooks migration 0003) sees it and
+    reports each memory hidden by its id alone, never its text or the user's id.
+    """
     project_id = project.pk if isinstance(project, Project) else project
     with project_context(project_id):
+        request = do_request_user_erasure(project_id, user_id, actor=actor)
         hidden = do_delete_memories(
             Memory.objects.for_project(project_id).filter(user_id=user_id), actor=actor
         )
-        return hidden, do_request_user_erasure(project_id, user_id, actor=actor)
+        return hidden, request
 
 
 def do_run_erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> bool:

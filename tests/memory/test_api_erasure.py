@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from typing import Any
 
 from django.db import connection
+from django.test import override_settings
 
 from audit.models import ErasureRequest, PurgeRecord
 from memory import actions
@@ -15,6 +17,11 @@ from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import add_texts, auth, make_key, make_memory
 from tests.memory.test_events import start_worker, stop, wait_for
+from tests.webhooks.receiver import receiving
+from webhooks import actions as webhook_actions
+from webhooks.delivery import attempt
+from webhooks.models import EVENT_TYPES, Delivery
+from webhooks.render import render
 
 
 class ApiErasureTestCase(BaseTestCase):
@@ -35,6 +42,58 @@ class ApiErasureTestCase(BaseTestCase):
         body = response.json()
         assert (body["status"], len(queued)) == ("PENDING", 1)  # the worker job, on commit
         return uuid.UUID(body["event_id"])
+
+    def hook(self, url: str) -> None:
+        with project_context(self.project.pk):
+            webhook_actions.do_create_webhook(
+                self.project.pk, name="mirror", url=url, event_types=EVENT_TYPES
+            )
+
+    def deliveries(self) -> list[Delivery]:
+        with project_context(self.project.pk):
+            return list(Delivery.objects.order_by("created_at"))
+
+    def rendered(self) -> list[bytes]:
+        """The body every delivery would be sent with now (those not dropped)."""
+        with project_context(self.project.pk):
+            bodies = [render(delivery) for delivery in self.deliveries()]
+        return [body for body in bodies if isinstance(body, bytes)]
+
+    def test_an_erasure_sends_webhooks_memory_ids_never_text_or_the_user_id(self) -> None:
+        with receiving() as receiver, override_settings(ENGRAM_FETCH_ALLOWED_HOSTS=[receiver.host]):
+            self.hook(receiver.url)
+            with project_context(self.project.pk):
+                dana = add_texts(
+                    self.project, ["Dana's plan for Lisbon", "Dana keeps bees"], user_id="dana-x"
+                )  # their memory_add deliveries still pending when she asks
+            erasure = self.request_erasure("dana-x")
+            while_pending = self.rendered()
+            assert actions.do_run_erasure(self.project.pk, erasure) is True
+            for delivery in self.deliveries():
+                attempt(delivery.pk, self.project.pk)
+        sent = [*while_pending, *(r.body for r in receiver.requests)]
+        for secret in (b"Lisbon", b"bees", b"dana-x"):
+            assert not [body for body in sent if secret in body], secret
+        received = [json.loads(r.body) for r in receiver.requests]
+        # One ids-only delete per memory hidden, then the erasure; the adds dropped.
+        assert sorted(b["event_type"] for b in received) == [
+            "erasure_complete", "memory_delete", "memory_delete",
+        ]  # fmt: skip
+        deleted = [b["event_details"] for b in received if b["event_type"] == "memory_delete"]
+        assert {d["id"] for d in deleted} == {str(m.pk) for m in dana}
+        assert {(d["event"], d["data"]["memory"], d["user_id"]) for d in deleted} == {
+            ("DELETE", None, None)
+        }
+
+    def test_a_write_while_an_erasure_is_pending_announces_nothing(self) -> None:
+        with receiving() as receiver, override_settings(ENGRAM_FETCH_ALLOWED_HOSTS=[receiver.host]):
+            self.hook(receiver.url)
+        self.request_erasure("alice")
+        before = len(self.deliveries())
+        with project_context(self.project.pk):
+            add_texts(self.project, ["Alice keeps a diary"], user_id="alice")
+        assert len(self.deliveries()) == before  # erased with the rest when the job runs
+        assert not [body for body in self.rendered() if b"alice" in body.lower()]
 
     def test_the_memories_are_hidden_at_once_and_erased_by_the_job(self) -> None:
         erasure = self.request_erasure()
