@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from psycopg import pq
 from psycopg.errors import QueryCanceled
 
 Kind = Literal["api", "background", "migrate"]
@@ -67,7 +68,11 @@ class RequestBudget:
         self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
     ) -> Any:
         used = time.monotonic() - self.started
-        if used > self.seconds * BUDGET_SLACK:
+        session = context["connection"].connection
+        # A rollback always goes through (it ends what the budget cut short), and a failed
+        # transaction takes no other statement anyway.
+        failed = session.info.transaction_status == pq.TransactionStatus.INERROR
+        if used > self.seconds * BUDGET_SLACK and not failed and not _ends(sql):
             left_ms = int((self.seconds - used) * 1000)
             if left_ms <= 0:
                 from django.db import OperationalError
@@ -76,14 +81,21 @@ class RequestBudget:
                 cancel = QueryCanceled(f"the request used its budget of {self.seconds:g} s")
                 raise OperationalError(str(cancel)) from cancel
             if not self.statement_ms or left_ms < self.statement_ms:
-                context["connection"].connection.execute(f"SET statement_timeout = {left_ms}")
+                session.execute(f"SET statement_timeout = {left_ms}")
                 self.lowered = True
         return execute(sql, params, many, context)
 
     def restore(self, connection: Any) -> None:
         """Give the session its own deadline back (it outlives the request)."""
-        if self.lowered and connection.connection is not None:
-            connection.connection.execute(f"SET statement_timeout = {int(self.statement_ms)}")
+        session = connection.connection
+        if self.lowered and session is not None and not session.closed:
+            if session.info.transaction_status == pq.TransactionStatus.INERROR:
+                session.rollback()
+            session.execute(f"SET statement_timeout = {int(self.statement_ms)}")
+
+
+def _ends(sql: str) -> bool:
+    return sql.lstrip()[:8].upper() == "ROLLBACK"
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from config import deadlines
 from config.exceptions import deadline_exceeded
 from memory.models import Memory
 from tenants.db import project_context
-from tests.factory import auth, make_key
+from tests.factory import add_texts, auth, make_key
 
 ROOT = settings.BASE_DIR
 
@@ -52,6 +52,28 @@ def memories_locked() -> Iterator[None]:
     def hold() -> None:
         with psycopg.connect(**_dsn()) as other:
             other.execute("LOCK TABLE memory_memory IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            release.wait(30)
+            other.rollback()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert locked.wait(10)
+    yield
+    release.set()
+    thread.join(30)
+
+
+@contextmanager
+def memory_row_locked(project_id: Any, memory_id: Any) -> Iterator[None]:
+    """Another session holds one memory's row locked (FOR UPDATE) until the block ends: an
+    update of that memory waits for it, nothing else does."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(**_dsn()) as other:
+            other.execute("SELECT set_config('engram.project_id', %s, true)", [str(project_id)])
+            other.execute("SELECT 1 FROM memory_memory WHERE id = %s FOR UPDATE", [memory_id])
             locked.set()
             release.wait(30)
             other.rollback()
@@ -226,3 +248,23 @@ def test_a_request_past_its_budget_is_a_503_that_changes_nothing(
     assert response.headers["Retry-After"] == "2"
     with project_context(key.key.project_id):
         assert not Memory.objects.exists()
+
+
+def test_a_statement_past_its_lock_deadline_late_in_a_request_is_a_503(
+    committed_db: None, api_session: None, client: Any
+) -> None:
+    """An update waits past lock_timeout once the request has used more than its budget's
+    slack: the transaction's rollback (a ROLLBACK TO SAVEPOINT) still goes through the
+    budget, and the answer is the deadline's 503, not a 500."""
+    key = make_key("acme", "late-deadline")
+    with project_context(key.key.project_id):
+        [memory] = add_texts(key.key.project, ["I keep bees."], user_id="alice")
+    with _api_deadlines(0, 600), override_settings(ENGRAM_API_REQUEST_BUDGET_MS=5000):
+        deadlines.use("api")
+        with memory_row_locked(key.key.project_id, memory.pk):
+            response = client.put(f"/v1/memories/{memory.pk}/", {"text": "I keep wasps."},
+                                  content_type="application/json",
+                                  headers=auth(key.raw))  # fmt: skip
+    assert response.status_code == 503, response.content
+    with project_context(key.key.project_id):
+        assert Memory.objects.get(pk=memory.pk).text == "I keep bees."
