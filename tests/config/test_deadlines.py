@@ -44,14 +44,15 @@ def _dsn() -> dict[str, Any]:
 
 
 @contextmanager
-def memories_locked() -> Iterator[None]:
-    """Another session holds an ACCESS EXCLUSIVE lock on the memories' table until the test
-    ends: every statement that reads or writes memories waits for it."""
+def held(*statements: tuple[str, list[Any]]) -> Iterator[None]:
+    """Another session runs `statements` in a transaction it keeps open until the block ends
+    (the locks they take held as long)."""
     locked, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         with psycopg.connect(**_dsn()) as other:
-            other.execute("LOCK TABLE memory_memory IN ACCESS EXCLUSIVE MODE")
+            for statement, params in statements:
+                other.execute(statement, params)
             locked.set()
             release.wait(30)
             other.rollback()
@@ -64,26 +65,18 @@ def memories_locked() -> Iterator[None]:
     thread.join(30)
 
 
-@contextmanager
-def memory_row_locked(project_id: Any, memory_id: Any) -> Iterator[None]:
-    """Another session holds one memory's row locked (FOR UPDATE) until the block ends: an
-    update of that memory waits for it, nothing else does."""
-    locked, release = threading.Event(), threading.Event()
+def memories_locked() -> Any:
+    """An exclusive lock on the memories' table: every statement that reads or writes memories
+    waits for it."""
+    return held(("LOCK TABLE memory_memory IN ACCESS EXCLUSIVE MODE", []))
 
-    def hold() -> None:
-        with psycopg.connect(**_dsn()) as other:
-            other.execute("SELECT set_config('engram.project_id', %s, true)", [str(project_id)])
-            other.execute("SELECT 1 FROM memory_memory WHERE id = %s FOR UPDATE", [memory_id])
-            locked.set()
-            release.wait(30)
-            other.rollback()
 
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert locked.wait(10)
-    yield
-    release.set()
-    thread.join(30)
+def memory_row_locked(project_id: Any, memory_id: Any) -> Any:
+    """One memory's row locked (FOR UPDATE): an update of that memory waits, nothing else."""
+    return held(
+        ("SELECT set_config('engram.project_id', %s, true)", [str(project_id)]),
+        ("SELECT 1 FROM memory_memory WHERE id = %s FOR UPDATE", [memory_id]),
+    )
 
 
 def _api_deadlines(statement_ms: int, lock_ms: int) -> Any:

@@ -59,6 +59,7 @@ from memory.transfer_format import (
     parse_record,
     read_lines,
 )
+from tenants.actions import PROJECT_SETTINGS
 from tenants.models import Project
 from tenants.project_serializers import ProjectUpdateSerializer
 
@@ -402,15 +403,7 @@ def check_project_settings(source: Any) -> None:
     rules of the projects API (PATCH)."""
     if not isinstance(source, Mapping):
         return
-    keys = (
-        "description",
-        "custom_instructions",
-        "custom_categories",
-        "includes",
-        "excludes",
-        "deleted_retention_days",
-        "event_retention_days",
-    )
+    keys = [key for key in PROJECT_SETTINGS if key != "name"]
     given = {key: source[key] for key in keys if key in source}
     if not given:
         return
