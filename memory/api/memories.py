@@ -299,7 +299,7 @@ def history_data(row: MemoryHistory) -> dict[str, Any]:
         "app_id": row.app_id,
         "run_id": row.run_id,
         "session_id": row.run_id,
-        "categories": row.categories,
+        "categories": list(row.categories) or None,  # as memory_data shows them
         "metadata": row.metadata,
         "created_at": row.created_at.isoformat(),
         "updated_at": row.created_at.isoformat(),

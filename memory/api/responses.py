@@ -37,7 +37,11 @@ class MemorySerializer(Closed):
     role = serializers.CharField(allow_null=True, help_text="The role of the source message.")
     hash = serializers.CharField(help_text="SHA-256 of the text: exact duplicates share it.")
     metadata = serializers.DictField(child=serializers.JSONField())
-    categories = serializers.ListField(child=serializers.CharField())
+    categories = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="Null when the memory has none (as Mem0 answers), never an empty list.",
+    )
     immutable = serializers.BooleanField()
     expiration_date = serializers.DateField(allow_null=True)
     created_at = serializers.DateTimeField()
@@ -219,7 +223,9 @@ class HistoryEntrySerializer(Closed):
     app_id = serializers.CharField(allow_null=True)
     run_id = serializers.CharField(allow_null=True)
     session_id = serializers.CharField(allow_null=True, help_text="The run_id (Mem0's name).")
-    categories = serializers.ListField(child=serializers.CharField())
+    categories = serializers.ListField(
+        child=serializers.CharField(), allow_null=True, help_text="Null when there were none."
+    )
     metadata = serializers.DictField(child=serializers.JSONField())
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField(help_text="Equal to created_at: rows never change.")

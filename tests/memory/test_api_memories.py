@@ -104,6 +104,17 @@ class MemoriesTestCase(BaseTestCase):
         v1 = self.client.get("/v1/memories/?user_id=bob", headers=auth(self.alice.raw)).json()
         assert [m["memory"] for m in v1] == ["Bob's fact"]
 
+    def test_it_shows_no_categories_as_null_and_categories_as_a_list(self) -> None:
+        with project_context(self.alice.key.project_id):
+            Memory.objects.filter(pk=self.rome.pk).update(categories=["travel"])
+        body = self.call("get", f"/v1/memories/{self.tea.id}/").json()
+        assert body["categories"] is None
+        listed = self.call("post", "/v2/memories/", {"filters": {"user_id": "alice"}}).json()
+        assert {m["memory"]: m["categories"] for m in listed} == {
+            "User likes tea": None,
+            "User visited Rome": ["travel"],
+        }
+
     def test_it_lists_in_a_fixed_number_of_queries(self) -> None:
         self.call("post", "/v3/memories/", {"filters": {"user_id": "alice"}})
         with self.assertNumQueries(9):

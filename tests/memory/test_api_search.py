@@ -107,6 +107,11 @@ class SearchTestCase(BaseTestCase):
             assert isinstance(response.json(), list), path
             assert response.json()[0]["memory"] == FACTS[0], path
 
+    def test_it_shows_no_categories_as_null(self) -> None:
+        # LlamaIndex's Mem0Memory prefixes "[categories] : " whenever they are not None.
+        body = {"query": "coffee", "filters": {"user_id": "alice"}}
+        assert self.search(body).json()["results"][0]["categories"] is None
+
     def test_it_hides_expired_memories_unless_asked(self) -> None:
         with project_context(self.alice.key.project_id):
             self.memories[0].expiration_date = self.memories[0].created_at.date().replace(year=2000)

@@ -27,7 +27,9 @@ def memory_data(memory: Memory, linked: Sequence[uuid.UUID] | None = None) -> di
         "role": memory.role or None,
         "hash": memory.hash,
         "metadata": memory.metadata,
-        "categories": list(memory.categories),
+        # Null, not [], when there are none: Mem0 answers so, and integrations test for None
+        # (LlamaIndex's Mem0Memory writes "[] : <memory>" into the prompt otherwise).
+        "categories": list(memory.categories) or None,
         "immutable": memory.immutable,
         "expiration_date": memory.expiration_date.isoformat() if memory.expiration_date else None,
         "created_at": memory.created_at.isoformat(),
