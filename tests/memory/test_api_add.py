@@ -104,10 +104,32 @@ class AddTestCase(BaseTestCase):
         assert response.status_code == 200
         assert response.json()["relations"] == []
 
-    def test_it_refuses_scope_ids_in_metadata(self) -> None:
-        response = self.add({"messages": "x", "user_id": "alice", "metadata": {"user_id": "bob"}})
-        assert response.status_code == 400
-        assert "'user_id' is a scope id" in response.json()["detail"]
+    def test_it_accepts_scope_ids_in_metadata_that_repeat_the_requests_own(self) -> None:
+        # PraisonAI sends metadata={"user_id": U} beside user_id=U; the id is a column, so the
+        # repeat is dropped from the stored metadata.
+        metadata = {"user_id": " alice ", "agent_id": "bot", "topic": "tea"}
+        response = self.add(
+            {
+                "messages": "x",
+                "user_id": "alice",
+                "filters": {"agent_id": "bot"},
+                "metadata": metadata,
+            }
+        )
+        assert response.status_code == 200
+        assert [(m.user_id, m.agent_id, m.metadata) for m in self.stored()] == [
+            ("alice", "bot", {"topic": "tea"})
+        ]
+
+    def test_it_refuses_scope_ids_in_metadata_that_differ_from_the_requests_own(self) -> None:
+        details = []
+        for metadata in ({"user_id": "bob"}, {"agent_id": "bot"}, {"user_id": ["alice"]}):
+            response = self.add({"messages": "x", "user_id": "alice", "metadata": metadata})
+            assert response.status_code == 400, metadata
+            details.append(response.json()["detail"])
+        assert all("is a scope id and cannot be set through metadata" in d for d in details)
+        assert "'bob' differs from the request's user_id 'alice'" in details[0]
+        assert "pass it as agent_id" in details[1]
         assert self.stored() == []
 
     def test_it_refuses_bad_input_and_stores_nothing(self) -> None:

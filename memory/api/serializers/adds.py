@@ -21,6 +21,7 @@ from memory.api.serializers.fields import (
     JSONObjectField,
     ScopeIdField,
     TextField,
+    own_scope_dropped,
     validate_metadata,
 )
 from memory.api.serializers.filters import ScopeMixin, scope_of
@@ -48,7 +49,12 @@ class AddSerializer(ScopeMixin):
     run_id = ScopeIdField(stored=True)
     messages = MessagesField()
     filters = BoundedJSONField(required=False, allow_null=True)
-    metadata = JSONObjectField(required=False, allow_null=True)
+    metadata = JSONObjectField(
+        required=False,
+        allow_null=True,
+        help_text="Scope ids are columns, never metadata: a user_id, agent_id, app_id or run_id "
+        "here that repeats the request's own is dropped; any other is refused (400).",
+    )
     infer = serializers.BooleanField(required=False, default=True)
     timestamp = serializers.IntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_TIMESTAMP
@@ -68,7 +74,8 @@ class AddSerializer(ScopeMixin):
     timezone = serializers.CharField(required=False, allow_blank=True, max_length=64)
 
     def validate_metadata(self, value: Any) -> dict[str, Any]:
-        return validate_metadata(value)
+        # Scope ids in it are judged in validate(), against the request's own.
+        return validate_metadata(value, scope_ids=True)
 
     def validate_timezone(self, value: str) -> str:
         if value and value not in _timezones():
@@ -118,6 +125,8 @@ class AddSerializer(ScopeMixin):
             raise serializers.ValidationError(
                 f"{wildcard[0]} '*' matches any value in filters; a memory needs a real id."
             )
+        if attrs.get("metadata"):
+            attrs["metadata"] = own_scope_dropped(attrs["metadata"], scope)
         validate_parts(attrs["messages"], infer=attrs["infer"])
         check_observation_time(attrs)
         return attrs

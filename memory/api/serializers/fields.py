@@ -1,5 +1,6 @@
 """The field types and checks every request shares: stored text (TextField and the one
-length-limit message), bounded JSON, scope ids, metadata, and the largest timestamp the API takes.
+length-limit message), bounded JSON, scope ids, metadata (and an add's scope ids repeated in
+it), and the largest timestamp the API takes.
 
 May import memory.models, Django, DRF and drf-spectacular; no other module of this package.
 """
@@ -13,7 +14,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from memory.models import SCOPE_MAX_LENGTH, metadata_error, scope_id_error
+from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, metadata_error, scope_id_error
 
 # 9999-12-31T23:59:59Z: the last moment a Python datetime (and so the API) can represent.
 MAX_TIMESTAMP = 253_402_300_799
@@ -114,9 +115,43 @@ def scope_id(value: Any) -> str:
     return cleaned
 
 
-def validate_metadata(value: Any) -> dict[str, Any]:
+def validate_metadata(value: Any, *, scope_ids: bool = False) -> dict[str, Any]:
+    """A memory's metadata: a JSON object without scope ids (memory.models.metadata_error).
+    With `scope_ids` (an add), scope ids are let through, for the add to judge them against
+    its own (own_scope_dropped)."""
     if value is None:
         return {}
-    if (problem := metadata_error(value)) is not None:
+    checked = value
+    if scope_ids and isinstance(value, dict):
+        checked = {key: item for key, item in value.items() if key not in SCOPE_FIELDS}
+    if (problem := metadata_error(checked)) is not None:
         raise serializers.ValidationError(problem)
     return dict(value)
+
+
+def own_scope_dropped(metadata: dict[str, Any], scope: dict[str, str | None]) -> dict[str, Any]:
+    """An add's `metadata` without the scope ids that repeat the request's own `scope`
+    (PraisonAI sends metadata={"user_id": U} beside user_id=U): the ids are columns, so nothing
+    is lost. A scope id that differs (cleaned as ScopeIdField cleans it: " U " is U), or that
+    the request does not name, is a ValidationError keyed `metadata`."""
+    kept: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if key not in SCOPE_FIELDS:
+            kept[key] = value
+            continue
+        own = scope.get(key)
+        if own is None:
+            raise serializers.ValidationError({"metadata": metadata_error({key: value})})
+        try:
+            same = ScopeIdField(stored=True).run_validation(value) == own
+        except serializers.ValidationError:
+            same = False
+        if not same:
+            raise serializers.ValidationError(
+                {
+                    "metadata": f"{key!r} is a scope id and cannot be set through metadata: "
+                    f"{value!r} differs from the request's {key} {own!r} (metadata may repeat "
+                    "it, not change it)."
+                }
+            )
+    return kept
