@@ -45,6 +45,17 @@ MODEL_FILE = "model.onnx"
 # full model; its vectors of LoCoMo's questions have cosine 0.991 at worst, 0.995 median, with
 # the full model's (docs/benchmarks.md), and the memories' stored vectors stay the full model's.
 QUERY_MODEL_FILE = "model-int8.onnx"
+# The int8 copy is used only if, on this machine, its vectors of AGREEMENT_TEXTS have at least
+# this cosine with the full model's (its measured worst is 0.991): onnxruntime's int8 kernels
+# differ by CPU, and on an AVX2 CPU without VNNI all-mpnet-base-v2's copy gave cosines near 0
+# (its u8 x s8 products saturate). Otherwise search queries run through the full model.
+QUERY_AGREEMENT = 0.97
+AGREEMENT_TEXTS = (
+    "I moved to Lisbon last spring for a job at a small design studio.",
+    "Which instrument does she play in the evenings?",
+    "My sister's birthday is on the 14th of March and she loves orchids.",
+    "allergic to peanuts",
+)
 BATCH_SIZE = 64
 # The tokenizer's whole words and their vectors, made once beside the model by
 # scripts/embed_vocabulary.py (`make model`): embed_words() looks a word up instead of running
@@ -201,12 +212,29 @@ class OnnxSentenceModel:
     @functools.cached_property
     def query_session(self) -> Any:
         """The session search queries run in: the int8 copy of the same model (QUERY_MODEL_FILE)
-        when asked for, loaded at the first query (~30 MB a process: a worker that never
-        searches never loads it); else the full model's. Stored vectors always come from the
-        full model."""
+        when asked for and it agrees with the full model on this CPU (QUERY_AGREEMENT), loaded
+        at the first query (~30 MB a process: a worker that never searches never loads it);
+        else the full model's. Stored vectors always come from the full model."""
         if not self.quantized_queries:
             return self.session
-        return _session(self.model_dir / QUERY_MODEL_FILE, self.threads)
+        quantized = _session(self.model_dir / QUERY_MODEL_FILE, self.threads)
+        rows = self._tokenize(AGREEMENT_TEXTS, None)
+        full = np.vstack([self._embed_batch([row]) for row in rows])
+        copied = np.vstack([self._embed_batch([row], quantized) for row in rows])
+        worst = float((full * copied).sum(axis=1).min())
+        if worst < QUERY_AGREEMENT:
+            logger.warning(
+                "the int8 copy of %s disagrees with the full model on this CPU (cosine %.3f < "
+                "%s): search queries use the full model",
+                self.name, worst, QUERY_AGREEMENT,
+            )  # fmt: skip
+            return self.session
+        return quantized
+
+    @property
+    def queries_quantized(self) -> bool:
+        """Whether search queries run through the int8 copy here (query_session)."""
+        return self.query_session is not self.session
 
     def embed_query(self, text: str) -> Vectors:
         """One search query's vector, through query_session. One text a run: the int8 model

@@ -9,6 +9,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from memory.text import embeddings
 from memory.text.embeddings import (
     DEFAULT_LOCAL_MODEL,
     LOCAL_MODELS,
@@ -110,6 +111,21 @@ def test_the_setting_chooses_the_query_model() -> None:
     quantized = build_embedder()  # the default, int8
     assert isinstance(quantized, OnnxSentenceModel)
     assert quantized.query_session is not quantized.session
+
+
+def test_an_int8_copy_that_disagrees_with_the_full_model_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a CPU whose int8 kernels saturate, the copy's vectors stray from the full model's:
+    asked for an agreement no copy reaches, the model answers queries with the full one."""
+    monkeypatch.setattr(embeddings, "QUERY_AGREEMENT", 1.01)
+    model_dir = get_embedder().model_dir  # type: ignore[attr-defined]
+    model = OnnxSentenceModel(model_dir, threads=1, quantized_queries=True)
+    assert model.query_session is model.session and not model.queries_quantized
+    assert "disagrees with the full model on this CPU" in caplog.text
+    texts, expected = reference()
+    got = np.vstack([model.embed_query(t) for t in texts])
+    assert float(np.abs(got - expected).max()) < 1e-5
 
 
 def test_full_precision_queries_are_the_full_models_vectors() -> None:
