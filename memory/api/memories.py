@@ -32,8 +32,8 @@ from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
 from memory.text.embeddings import embed
 from tenants.authentication import request_key
 
-# The list flags GET /v1/memories/ takes from its query string (validated by ListSerializer).
-LIST_FLAGS = ("show_expired", "latest_only", "include_merged")
+# The list options GET /v1/memories/ takes from its query string (validated by ListSerializer).
+LIST_FLAGS = ("show_expired", "latest_only", "include_merged", "output_format")
 
 
 @extend_schema(
@@ -53,33 +53,45 @@ def add(request: Request) -> Response:
     serializer.is_valid(raise_exception=True)
     project = request_key(request).project
     add = actions.prepare_add(serializer.add_input(project))
+    data = serializer.validated_data
     with tenant(request):
         note_access(request, scope=add.scope)
         return answer_once(
-            request, key, lambda: added(request, actions.do_add(project, add, actor=actor(request)))
+            request,
+            key,
+            lambda: added(request, actions.do_add(project, add, actor=actor(request)), data),
         )
 
 
-def added(request: Request, outcome: actions.AddOutcome) -> Response:
-    """The Platform's answer to an add: queued (a list on /v1/), or the memories stored."""
+def added(request: Request, outcome: actions.AddOutcome, data: dict[str, Any]) -> Response:
+    """The Platform's answer to an add: queued, or the memories stored; on /v1/ in the shape
+    Mem0 gave it there, by output_format (and version)."""
     note_access(request, result_count=len(outcome.results))
+    legacy = request.path.startswith("/v1/")
     if outcome.queued:
         queued = {
             "message": "Memory processing has been queued for background execution",
             "status": "PENDING",
             "event_id": str(outcome.event_id),
         }
-        return Response([queued] if request.path.startswith("/v1/") else queued)
+        if not legacy:
+            return Response(queued)
+        if data.get("output_format") == "v1.1" and data.get("version") == "v2":
+            return Response({"results": [queued], "relations": []})
+        return Response([queued])
+    results = [
+        {"id": str(m.id), "data": {"memory": m.text}, "event": event, "memory": m.text}
+        for m, event in outcome.results
+    ]
+    if legacy and data.get("output_format") == "v1.0":
+        return Response(results)
     body: dict[str, Any] = {
         "message": "Memories stored successfully",
         "status": "SUCCEEDED",
         "event_id": str(outcome.event_id),
-        "results": [
-            {"id": str(m.id), "data": {"memory": m.text}, "event": event, "memory": m.text}
-            for m, event in outcome.results
-        ],
+        "results": results,
     }
-    if request.path.startswith("/v1/"):
+    if legacy:
         body["relations"] = []
     return Response(body)
 
@@ -97,7 +109,8 @@ def list_memories(request: Request, data: dict[str, Any], *, paged: bool) -> Res
         if not paged:
             rows = memory_bodies(project_id(request), list(queryset[:1000]))
             note_access(request, result_count=len(rows))
-            return Response(rows)
+            v1_1 = serializer.validated_data.get("output_format") == "v1.1"
+            return Response({"results": rows} if v1_1 else rows)
         paginator = MemoryPagination()
         page = paginator.paginate_queryset(queryset, request) or []
         note_access(request, result_count=len(page))
@@ -143,6 +156,7 @@ def list_v2(request: Request) -> Response:
         *r.SCOPE_PARAMETERS,
         r.SHOW_EXPIRED,
         *r.READ_FLAGS,
+        r.OUTPUT_FORMAT,
         *r.paging(MemoryPagination.max_page_size),
         r.RETRY_AFTER,
     ],

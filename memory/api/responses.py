@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import (
+    Direction,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+)
 from rest_framework import serializers
 
 from memory.api.common import MAX_PAGE
@@ -105,9 +112,15 @@ class MemoryPageSerializer(PageSerializer):
     results = MemorySerializer(many=True)
 
 
+class MemoryResultsSerializer(Closed):
+    """output_format "v1.1" without paging: the list in an object (Mem0's v1.1 shape)."""
+
+    results = MemorySerializer(many=True)
+
+
 MEMORY_LIST = PolymorphicProxySerializer(
     component_name="MemoryListOrPage",
-    serializers=[MemorySerializer(many=True), MemoryPageSerializer],
+    serializers=[MemorySerializer(many=True), MemoryResultsSerializer, MemoryPageSerializer],
     resource_type_field_name=None,
     many=False,
 )
@@ -155,15 +168,44 @@ class QueuedAddSerializer(Closed):
     event_id = serializers.UUIDField()
 
 
+class QueuedAddListSerializer(serializers.Serializer[dict[str, Any]]):
+    """The v1 path's queued answer: a list of one QueuedAdd (documented by QueuedAddList)."""
+
+
+class QueuedAddList(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """Exactly one item: an infer=false add's list of results, which may be empty, must not also
+    read as a queued answer (AddResponseV1 is a oneOf)."""
+
+    target_class = QueuedAddListSerializer
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
+        item = auto_schema.resolve_serializer(QueuedAddSerializer(), direction)
+        return {"type": "array", "items": item.ref, "minItems": 1, "maxItems": 1}
+
+
+class QueuedAddV1Serializer(Closed):
+    """infer=true on the v1 path with output_format "v1.1" and version "v2" (Mem0's shape)."""
+
+    results = QueuedAddSerializer(many=True)
+    relations = serializers.ListField(child=serializers.JSONField(), max_length=0)
+
+
 ADD = PolymorphicProxySerializer(
     component_name="AddResponse",
     serializers=[AddResultSerializer, QueuedAddSerializer],
     resource_type_field_name=None,
 )
-# v1 answers a queued add with a one-item list (Mem0's legacy shape).
+# v1 answers a queued add with a one-item list (Mem0's legacy shape), or in an object with
+# output_format "v1.1" and version "v2"; an infer=false add with output_format "v1.0" with the
+# bare list of its results.
 ADD_V1 = PolymorphicProxySerializer(
     component_name="AddResponseV1",
-    serializers=[AddResultV1Serializer, QueuedAddSerializer(many=True)],
+    serializers=[
+        AddResultV1Serializer,
+        QueuedAddListSerializer,
+        QueuedAddV1Serializer,
+        AddResultItemSerializer(many=True),
+    ],
     resource_type_field_name=None,
     many=False,
 )
@@ -472,6 +514,12 @@ READ_FLAGS = [
     ),
     OpenApiParameter("include_merged", bool, description="No effect: engram never merges."),
 ]
+OUTPUT_FORMAT = OpenApiParameter(
+    "output_format",
+    {"type": "string", "enum": ["v1.0", "v1.1"]},
+    description='Without page or page_size: "v1.0" (the default) answers a bare list, "v1.1" an '
+    'object {"results": [...]}.',
+)
 DELETE_LINKED = OpenApiParameter(
     "delete_linked",
     bool,
@@ -536,7 +584,8 @@ class SearchRelationSerializer(Closed):
 
 
 class GraphSearchResultsSerializer(Closed):
-    """enable_graph: the results and the relations (on v1 and v2 too, as Mem0 answered)."""
+    """enable_graph: the results and the relations (on v1 and v2 too, as Mem0 answered); on
+    v1 and v2, output_format "v1.1" without enable_graph: the same with no relations."""
 
     results = ScoredMemorySerializer(many=True)
     relations = SearchRelationSerializer(many=True)

@@ -1,4 +1,5 @@
-"""Search: v3 answers an envelope {"results": [...]}, v1 and v2 a bare list; with enable_graph
+"""Search: v3 answers an envelope {"results": [...]}, v1 and v2 a bare list, or with
+output_format "v1.1" {"results": [...], "relations": []} (Mem0's v1.1 shape); with enable_graph
 all three answer {"results": [...], "relations": [...]}.
 
 latest_only=false also searches superseded memories (queries.matching); include_merged and
@@ -64,7 +65,11 @@ def search(request: Request, *, envelope: bool) -> Response:
     if found.relations is not None:
         # Mem0 answered graph searches with an object on every version (results, relations).
         return Response({"results": items, "relations": graph_relations(found.relations)})
-    return Response({"results": items} if envelope else items)
+    if envelope:
+        return Response({"results": items})
+    if data.get("output_format") == "v1.1":
+        return Response({"results": items, "relations": []})
+    return Response(items)
 
 
 @extend_schema(
@@ -82,7 +87,7 @@ def search_v3(request: Request) -> Response:
     request=s.SearchSerializer,
     responses=r.answers({200: r.SEARCH_LEGACY}, body=True, embeds=True),
     parameters=[r.RETRY_AFTER],
-    summary="Search memories (v1/v2: a bare list)",
+    summary="Search memories (v1/v2: a bare list; an object with output_format v1.1)",
 )
 @api_view(["POST"])
 def search_legacy(request: Request) -> Response:

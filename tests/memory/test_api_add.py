@@ -104,6 +104,16 @@ class AddTestCase(BaseTestCase):
         assert response.status_code == 200
         assert response.json()["relations"] == []
 
+    def test_it_answers_the_legacy_v1_path_as_output_format_asks(self) -> None:
+        queued = {"messages": "hello there", "user_id": "alice", "infer": True}
+        assert isinstance(self.add(queued, path="/v1/memories/").json(), list)
+        body = self.add({**queued, "output_format": "v1.1", "version": "v2"}, "/v1/memories/")
+        assert (body.json()["results"][0]["status"], body.json()["relations"]) == ("PENDING", [])
+        stored = self.add(
+            {"messages": "hi", "user_id": "alice", "output_format": "v1.0"}, "/v1/memories/"
+        )
+        assert [r["memory"] for r in stored.json()] == ["hi"]
+
     def test_it_accepts_scope_ids_in_metadata_that_repeat_the_requests_own(self) -> None:
         # PraisonAI sends metadata={"user_id": U} beside user_id=U; the id is a column, so the
         # repeat is dropped from the stored metadata.

@@ -104,6 +104,20 @@ class MemoriesTestCase(BaseTestCase):
         v1 = self.client.get("/v1/memories/?user_id=bob", headers=auth(self.alice.raw)).json()
         assert [m["memory"] for m in v1] == ["Bob's fact"]
 
+    def test_it_lists_v2_and_v1_in_an_object_when_asked_for_v1_1(self) -> None:
+        v2 = self.call(
+            "post", "/v2/memories/", {"filters": {"user_id": "bob"}, "output_format": "v1.1"}
+        )
+        assert [m["memory"] for m in v2.json()["results"]] == ["Bob's fact"]
+        v1 = self.call("get", "/v1/memories/?user_id=bob&output_format=v1.1").json()
+        assert [m["memory"] for m in v1["results"]] == ["Bob's fact"]
+        explicit = self.call("get", "/v1/memories/?user_id=bob&output_format=v1.0").json()
+        assert [m["memory"] for m in explicit] == ["Bob's fact"]
+        paged = self.call("get", "/v1/memories/?user_id=bob&output_format=v1.1&page_size=1")
+        assert paged.json()["count"] == 1  # a page is an object already
+        refused = self.call("get", "/v1/memories/?user_id=bob&output_format=v2")
+        assert "output_format" in refused.json()["detail"]
+
     def test_it_shows_no_categories_as_null_and_categories_as_a_list(self) -> None:
         with project_context(self.alice.key.project_id):
             Memory.objects.filter(pk=self.rome.pk).update(categories=["travel"])

@@ -54,6 +54,7 @@ BASE = "urn:engram:openapi"
 MISSING = uuid.UUID("00000000-0000-4000-8000-000000000000")
 ALICE = {"filters": {"user_id": "alice"}}
 GRAPH = {"enable_graph": True}
+V1_1 = {"output_format": "v1.1"}
 ALL = {"latest_only": False, "include_merged": True, "keyword_search": True}
 TRAVERSE = {"entity": "alice", **ALICE}
 NEW_FACT = {"messages": "I drink oolong", "user_id": "alice", "infer": False}
@@ -271,6 +272,10 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(200, "post", "/v1/memories/", NEW_FACT, idempotency_key="schema-key-2"),
             Sample(409, "post", "/v1/memories/", OTHER_FACT, idempotency_key="schema-key-2"),
             Sample(200, "post", "/v1/memories/", {**NEW_FACT, "infer": True}),
+            Sample(
+                200, "post", "/v1/memories/", {**NEW_FACT, "infer": True, **V1_1, "version": "v2"}
+            ),
+            Sample(200, "post", "/v1/memories/", {**NEW_FACT, "output_format": "v1.0"}),
             Sample(400, "post", "/v1/memories/", {**NEW_FACT, "messages": []}),
             Sample(503, "post", "/v1/memories/", NEW_FACT, fault="embedder down"),
             Sample(200, "post", "/v3/memories/search/", {"query": "tea", **ALICE}),
@@ -280,6 +285,8 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(400, "post", "/v2/memories/search/", ALICE),
             Sample(503, "post", "/v2/memories/search/", {"query": "tea"}, fault="embedder down"),
             Sample(200, "post", "/v1/memories/search/", {"query": "tea", "user_id": "alice"}),
+            Sample(200, "post", "/v1/memories/search/", {"query": "tea", **ALICE, **V1_1}),
+            Sample(200, "post", "/v2/memories/search/", {"query": "tea", **ALICE, **V1_1}),
             Sample(200, "post", "/v3/memories/search/", {"query": "tea", **ALICE, **GRAPH}),
             Sample(200, "post", "/v2/memories/search/", {"query": "tea", **ALICE, **GRAPH}),
             Sample(200, "post", "/v1/memories/search/", {"query": "tea", **ALICE, **GRAPH}),
@@ -289,10 +296,12 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(400, "post", "/v3/memories/?page=0", ALICE),
             Sample(404, "post", "/v3/memories/?page=99", ALICE),
             Sample(200, "post", "/v2/memories/", ALICE),
+            Sample(200, "post", "/v2/memories/", {**ALICE, **V1_1}),
             Sample(200, "post", "/v2/memories/?page_size=1", ALICE),
             Sample(400, "post", "/v2/memories/", {"filters": ["user_id"]}),
             Sample(404, "post", "/v2/memories/?page=99", ALICE),
             Sample(200, "get", "/v1/memories/?user_id=alice"),
+            Sample(200, "get", "/v1/memories/?user_id=alice&output_format=v1.1"),
             Sample(200, "get", "/v1/memories/?user_id=alice&page=2&page_size=1"),
             Sample(400, "get", "/v1/memories/?filters=[]"),
             Sample(404, "get", "/v1/memories/?user_id=alice&page=99"),

@@ -107,6 +107,19 @@ class SearchTestCase(BaseTestCase):
             assert isinstance(response.json(), list), path
             assert response.json()[0]["memory"] == FACTS[0], path
 
+    def test_it_answers_v1_and_v2_with_an_object_when_asked_for_v1_1(self) -> None:
+        # What CrewAI's Mem0Storage sends (it then reads response["results"]).
+        crewai = {"query": "coffee", "limit": 3, "version": "v2", "output_format": "v1.1"}
+        for path in ("/v2/memories/search/", "/v1/memories/search/"):
+            body = self.search({**crewai, "user_id": "alice"}, path=path).json()
+            assert (body["results"][0]["memory"], body["relations"]) == (FACTS[0], []), path
+            explicit = self.search({**crewai, "user_id": "alice", "output_format": "v1.0"}, path)
+            assert isinstance(explicit.json(), list), path
+
+    def test_it_answers_v3_with_an_object_whatever_the_output_format(self) -> None:
+        body = {"query": "coffee", "filters": {"user_id": "alice"}, "output_format": "v1.0"}
+        assert self.search(body).json()["results"][0]["memory"] == FACTS[0]
+
     def test_it_shows_no_categories_as_null(self) -> None:
         # LlamaIndex's Mem0Memory prefixes "[categories] : " whenever they are not None.
         body = {"query": "coffee", "filters": {"user_id": "alice"}}
@@ -151,6 +164,7 @@ class SearchTestCase(BaseTestCase):
             {"query": "x", "filters": {"colour": "red"}},
             {"query": "x", "filters": {"user_id": {"like": "a%"}}},
             {"query": "x", "filters": "user_id=alice"},
+            {"query": "x", "output_format": "v2"},
         ]
         for body in cases:
             response = self.search(body)

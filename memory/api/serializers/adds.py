@@ -19,6 +19,7 @@ from memory.api.serializers.fields import (
     MAX_TIMESTAMP,
     BoundedJSONField,
     JSONObjectField,
+    OutputFormatField,
     ScopeIdField,
     TextField,
     own_scope_dropped,
@@ -72,6 +73,18 @@ class AddSerializer(ScopeMixin):
     observation_date = serializers.DateField(required=False, allow_null=True)
     observation_datetime = serializers.CharField(required=False, allow_null=True, max_length=64)
     timezone = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    # Mem0's envelope of the v1 path's answer (memory.api.memories.added); no effect on v3.
+    output_format = OutputFormatField(
+        help_text='On POST /v1/memories/ only. "v1.1" with version "v2": a queued add answers '
+        '{"results": [...], "relations": []} instead of a bare list. "v1.0": an infer=false '
+        "add answers the bare list of its results instead of an object."
+    )
+    version = serializers.ChoiceField(
+        choices=["v1", "v2"],
+        required=False,
+        allow_null=True,
+        help_text='Mem0\'s; only with output_format "v1.1" on POST /v1/memories/.',
+    )
 
     def validate_metadata(self, value: Any) -> dict[str, Any]:
         # Scope ids in it are judged in validate(), against the request's own.

@@ -1,6 +1,6 @@
 """The field types and checks every request shares: stored text (TextField and the one
 length-limit message), bounded JSON, scope ids, metadata (and an add's scope ids repeated in
-it), and the largest timestamp the API takes.
+it), Mem0's output_format, and the largest timestamp the API takes.
 
 May import memory.models, Django, DRF and drf-spectacular; no other module of this package.
 """
@@ -155,3 +155,17 @@ def own_scope_dropped(metadata: dict[str, Any], scope: dict[str, str | None]) ->
                 }
             )
     return kept
+
+
+# Mem0's response envelopes (`output_format`) on its v1 and v2 paths: "v1.0", their default, a
+# bare list; "v1.1" an object, {"results": [...]}.
+OUTPUT_FORMATS = ("v1.0", "v1.1")
+
+
+class OutputFormatField(serializers.ChoiceField):
+    """Mem0's `output_format`: the envelope of a v1 or v2 answer (OUTPUT_FORMATS)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(choices=OUTPUT_FORMATS, **kwargs)

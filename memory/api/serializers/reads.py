@@ -1,8 +1,8 @@
-"""Search and list: their options (Mem0's read flags, reference_date, categories, dates) over
-the filters FilteredMixin compiles.
+"""Search and list: their options (Mem0's read flags, reference_date, categories, dates,
+output_format) over the filters FilteredMixin compiles.
 
-May import memory.api.serializers.filters, memory.models, memory.search (DEFAULT_THRESHOLD),
-memory.text.temporal, DRF and drf-spectacular.
+May import memory.api.serializers.fields and .filters, memory.models, memory.search
+(DEFAULT_THRESHOLD), memory.text.temporal, DRF and drf-spectacular.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from memory.api.serializers.fields import OutputFormatField
 from memory.api.serializers.filters import FilteredMixin, validate_filters
 from memory.models import SCOPE_MAX_LENGTH
 from memory.search import DEFAULT_THRESHOLD
@@ -92,6 +93,11 @@ class SearchSerializer(ReadFlagsMixin, FilteredMixin):
         help_text="Accepted for Mem0 clients; no effect: every search already ranks by keywords "
         "as well as by meaning (what Mem0's flag turns on).",
     )
+    output_format = OutputFormatField(
+        help_text='On v1 and v2: "v1.0" (the default there) answers a bare list, "v1.1" an '
+        'object {"results": [...], "relations": [...]} (relations empty without enable_graph). '
+        "No effect on v3, which always answers an object."
+    )
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
         return validate_filters(value)
@@ -105,6 +111,11 @@ class ListSerializer(ReadFlagsMixin, FilteredMixin):
     show_expired = serializers.BooleanField(required=False, default=False)
     start_date = serializers.DateTimeField(required=False)
     end_date = serializers.DateTimeField(required=False)
+    output_format = OutputFormatField(
+        help_text='On v1 and v2 without page or page_size: "v1.0" (the default there) answers a '
+        'bare list, "v1.1" an object {"results": [...]}. A page is always an object; no effect '
+        "on v3."
+    )
 
     def validate_filters(self, value: Any) -> dict[str, Any]:
         return validate_filters(value)
