@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
+import psycopg
 from psycopg import pq
 from psycopg.errors import QueryCanceled
 
@@ -81,8 +82,11 @@ class RequestBudget:
                 cancel = QueryCanceled(f"the request used its budget of {self.seconds:g} s")
                 raise OperationalError(str(cancel)) from cancel
             if not self.statement_ms or left_ms < self.statement_ms:
-                session.execute(f"SET statement_timeout = {left_ms}")
-                self.lowered = True
+                try:
+                    session.execute(f"SET statement_timeout = {left_ms}")
+                    self.lowered = True
+                except psycopg.Error:
+                    pass  # a broken session: the statement itself fails as Django reports it
         return execute(sql, params, many, context)
 
     def restore(self, connection: Any) -> None:

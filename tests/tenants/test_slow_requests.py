@@ -99,6 +99,7 @@ def test_a_refused_key_is_held_to_its_limit_for_the_cool_down(api: httpx.Client)
     assert answers == [200, 200]
 
 
+@override_settings(ENGRAM_API_SLOW_MS=1_000, ENGRAM_API_KEY_SLOW_REQUESTS=1)
 def test_fast_requests_of_one_key_are_never_limited(api: httpx.Client) -> None:
     key = make_key("acme", "fast")
     answers: list[int] = []
