@@ -1,8 +1,8 @@
 """The graph: the relations of a scope, paged, and a traversal from one entity.
 
 Both read the way search filters (memory.queries.graph_edges): the scope ids named must match
-("*": any value), the others must be unset, at least one has a value; other filter conditions
-keep the relations asserted by at least one active memory they match.
+("*": any value), the others are not tested (NOT "*": unset), at least one has a value; other
+filter conditions keep the relations asserted by at least one active memory they match.
 """
 
 from __future__ import annotations

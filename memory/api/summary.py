@@ -54,9 +54,10 @@ class SummaryRequestSerializer(serializers.Serializer[dict[str, Any]]):
     filters = BoundedJSONField(
         required=False,
         help_text="The scopes, in the filter language of the other endpoints, on user_id, "
-        'agent_id, app_id, run_id and updated_at: {"user_id": "alice"} is Alice\'s own '
-        'summary, {"user_id": "*"} every user\'s. Left out (the client\'s get_summary() '
-        "without filters): every scope's, the most recent first.",
+        'agent_id, app_id, run_id and updated_at: {"user_id": "alice"} is every summary of '
+        'Alice\'s (with an agent, an app or a run too), {"user_id": "alice", "NOT": '
+        '{"agent_id": "*"}} those without an agent, {"user_id": "*"} every user\'s. Left out '
+        "(the client's get_summary() without filters): every scope's, the most recent first.",
     )
 
     def validate_filters(self, value: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ the linking job); search reads MemoryEntity and EntityVector itself and never im
 GDPR erasure (engram_erase_user, audit 0010) is the one path that deletes graph rows.
 
 Reads by one exact scope (traverse, relations) serve the pipeline; the HTTP API reads across
-scopes the way search filters (ScopeMatch: named ids equal, "*" any value, the others unset;
+scopes the way search filters (ScopeMatch: named ids equal, "*" any value, None unset;
 EdgeFilter adds validity and "asserted by a memory of this queryset"): relations_in,
 count_relations_in, traverse_in, relations_touching_in, and relations_of_memories for search's
 enable_graph. Those are plain SQL over the label tables, values as parameters.

@@ -2,11 +2,12 @@
 
 The readers of memory.graph.reads take one exact scope (its key). The API reads the way search
 filters (memory.retrieval.filters): each id the filter names must match, "*" accepts any set
-value, an id it leaves out must be unset. ScopeMatch says that for the four id properties every
-vertex and edge carries ("" when unset), and the SQL below tests it by agtype containment (@>)
-on the label tables, values as parameters; only the checked graph name and fixed aliases are
-formatted in. A read may also keep only the relations asserted by at least one memory of a
-queryset (the caller's other filters), tested against the edge's memory_ids.
+value, one required unset (NOT "*") must be unset, one left out is not tested. ScopeMatch says
+that for the four id properties every vertex and edge carries ("" when unset), and the SQL
+below tests it by agtype containment (@>) on the label tables, values as parameters; only the
+checked graph name and fixed aliases are formatted in. A read may also keep only the
+relations asserted by at least one memory of a queryset (the caller's other filters), tested
+against the edge's memory_ids.
 
 Owns: relations_in and count_relations_in (pages of the matched scopes' relations),
 traverse_in, relations_touching_in, and relations_of_memories (for search's enable_graph: the

@@ -18,7 +18,7 @@ from django.db import connection
 from memory import graph
 from memory.models import SCOPE_FIELDS
 from memory.queries.core import matching
-from memory.retrieval.filters import FilterError, compile_filters, scope_fields_named
+from memory.retrieval.filters import WILDCARD, FilterError, compile_filters, scope_fields_named
 from memory.text import recognise
 from memory.text.query import Query
 
@@ -77,14 +77,16 @@ def graph_edges(
 ) -> graph.EdgeFilter:
     """What a graph read keeps, for a search filter (memory.retrieval.filters), as search would.
 
-    Scope ids as search reads them: those named must match ("*": any value), the others must
-    be unset; at least one has a value. They must be plain values at the top level or under
-    AND: the graph tests them on each vertex and edge. Any other condition (categories, dates,
-    metadata, keywords, memory_ids, OR / NOT of those) keeps the relations asserted by at
-    least one active, unexpired memory the whole filter matches. Raises FilterError.
+    Scope ids as search reads them: those named must match ("*": any value), the others are
+    not tested, and those under NOT as "*" ({"NOT": {"agent_id": "*"}}, or NOT of an OR of
+    such) must be unset; at least one has a value. They must be plain values at the top level
+    or under AND: the graph tests them on each vertex and edge. Any other condition
+    (categories, dates, metadata, keywords, memory_ids, OR / NOT of those) keeps the relations
+    asserted by at least one active, unexpired memory the whole filter matches. Raises
+    FilterError.
     """
     where = compile_filters(filters)  # the one parser: validates every condition
-    ids: dict[str, str] = {}
+    ids: dict[str, str | None] = {}
     other = False
     pending = [filters]
     while pending:
@@ -98,6 +100,10 @@ def graph_edges(
                     raise FilterError(f"{key} is given two different values.")
             elif key == "AND":
                 pending.extend(value)
+            elif key == "NOT" and (unset := required_unset(value)):
+                for field in unset:
+                    if ids.setdefault(field, None) is not None:
+                        raise FilterError(f"{field} is given a value and required unset.")
             elif key in ("OR", "NOT") and any(scope_fields_named(value)):
                 raise FilterError(
                     f"the graph takes scope ids at the top level or in AND, not in {key}."
@@ -105,13 +111,32 @@ def graph_edges(
             else:
                 other = True
     try:
-        match = graph.ScopeMatch.of({f: ids.get(f) for f in SCOPE_FIELDS})
+        match = graph.ScopeMatch.of(ids)
     except ValueError:
         raise FilterError(
             "Give at least one of user_id, agent_id, app_id, run_id with a value (not '*')."
         ) from None
     backed = matching(project_id, where) if other else None
     return graph.EdgeFilter(match, include_invalid=include_invalid, backed_by=backed)
+
+
+def required_unset(node: Any) -> list[str]:
+    """The scope ids a NOT requires unset, for the graph: those of {"agent_id": "*"}, or of an
+    OR of such objects ([] for any other NOT)."""
+    if isinstance(node, list) and len(node) == 1:
+        node = node[0]
+    items = node.get("OR") if isinstance(node, dict) and set(node) == {"OR"} else [node]
+    if not isinstance(items, list) or not items:
+        return []
+    fields: list[str] = []
+    for item in items:
+        if not (isinstance(item, dict) and len(item) == 1):
+            return []
+        ((field, value),) = item.items()
+        if field not in SCOPE_FIELDS or value != WILDCARD:
+            return []
+        fields.append(field)
+    return fields
 
 
 class GraphRelations:

@@ -5,10 +5,11 @@
     {"NOT": {"categories": {"in": ["spam"]}}}                         NOT takes one filter
     {"metadata": {"topic": "food", "lang": {"ne": "fr"}}}             per-key metadata conditions
 
-Scope semantics (as Mem0's platform): when a filter names some scope fields (user_id, agent_id,
-app_id, run_id), the scope fields it does not name must be null, so {"user_id": "alice"} is
-alice's own memories, not those she shares with an agent or a run; name a field with "*" to
-accept any value of it. A filter that names no scope field adds no such condition.
+Scope semantics (as Mem0's platform): a filter constrains the scope fields (user_id, agent_id,
+app_id, run_id) it names and no others, so {"user_id": "alice"} is every memory of alice's,
+those she shares with an agent, an app or a run included (Mem0's entity-scoped-memory guide:
+"Unmentioned entities are not constrained"). "*" is any value (not null); an id required unset
+is written {"NOT": {"agent_id": "*"}}.
 
 Every endpoint that filters compiles here, so a filter reads the same everywhere: an impossible
 condition (an empty `in` list, OR of nothing) matches nothing and NOT of it everything; a scope
@@ -56,12 +57,12 @@ class FilterError(ValueError):
     """A filter the language does not allow; the message names the offending key."""
 
 
-def compile_filters(filters: dict[str, Any] | None, *, exact_scope: bool = True) -> Q:
-    """Return the Q for `filters` plus, with `exact_scope`, the implicit null-scope conditions.
+def compile_filters(filters: dict[str, Any] | None) -> Q:
+    """Return the Q for `filters`: the scope ids they name tested, the others not.
 
     The one compiler of every endpoint that filters (search, lists, exports, deletes, the
-    graph). Without `exact_scope` the scope ids not named are not tested: a query string's
-    `DELETE /v1/memories/?user_id=alice` deletes all of Alice's memories, whatever the others.
+    graph): {"user_id": "alice"} and `DELETE /v1/memories/?user_id=alice` both reach all of
+    Alice's memories, whatever their agent, app or run.
     """
     if not filters:
         return Q()
@@ -69,12 +70,7 @@ def compile_filters(filters: dict[str, Any] | None, *, exact_scope: bool = True)
         raise FilterError("filters must be a JSON object.")
     _check_size(filters)
     _check_text_matches(filters)
-    query = _compile(filters, depth=0)
-    if not exact_scope:
-        return query
-    named = set(scope_fields_named(filters))
-    unnamed = [Q(**{f"{field}__isnull": True}) for field in SCOPE_FIELDS if field not in named]
-    return Q(query, *unnamed) if named and unnamed else query
+    return _compile(filters, depth=0)
 
 
 def _check_size(filters: dict[str, Any]) -> None:

@@ -345,8 +345,8 @@ def _display_names(project_id: uuid.UUID, relations: list[graph.Relation]) -> di
 @operator_page()
 def graph_view(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     """A scope's entities and relations (valid ones; ended ones too when asked): a picture
-    (SVG) and a table. A scope is the user id and/or agent id given; the other ids unset, as
-    the API's GET /v1/graph/ reads. With `entity`, the page is focused on that entity: its
+    (SVG) and a table. A scope is the user id and/or agent id given, the other ids not tested,
+    as the API's GET /v1/graph/ reads. With `entity`, the page is focused on that entity: its
     relations both ways (as the API's traverse, depth 1) and the memories behind them."""
     form = ScopeForm(request.GET) if request.GET else ScopeForm()
     context: dict[str, Any] = {"section": "graph", "form": form}

@@ -151,10 +151,9 @@ class EntitiesExportsTestCase(BaseTestCase):
             m.text: str(m.id)
             for m in (self.tea, self.rome, self.bot, self.bob, self.in_run, self.shop)
         }
-        assert self.export({"user_id": "alice"}) == [
-            ids["User likes tea"],
-            ids["User visited Rome"],
-        ]
+        alices = [ids["User likes tea"], ids["User visited Rome"]]
+        assert self.export({"user_id": "alice"}) == [*alices, ids["Bot note about alice"]]
+        assert self.export({"user_id": "alice", "NOT": {"agent_id": "*"}}) == alices
         assert self.export({"user_id": "alice", "agent_id": "*"}) == [ids["Bot note about alice"]]
         notes = [ids["Bot note about alice"], ids["Run note"]]
         assert self.export({"keywords": {"icontains": "NOTE"}}) == notes  # no scope named

@@ -105,11 +105,12 @@ class GraphApiTestCase(BaseTestCase):
         return self.client.get(f"/v1/graph/?{query}", headers=auth(key.raw))
 
     def test_it_traverses_depth_1_2_3(self) -> None:
-        alice = {"filters": {"user_id": "alice"}}
+        alice = {"filters": {"user_id": "alice"}}  # with her agent too
         one = self.traverse({**alice, "entity": "Alice"}).json()
         assert triples(one["relations"]) == {
             ("alice", "knows", "bob"),
             ("alice", "likes", "python"),
+            ("alice", "uses", "python"),
         }
         assert one["nodes"][0]["name"] == "alice"
         assert {n["name"] for n in one["nodes"]} == {"alice", "bob", "python"}
@@ -119,7 +120,7 @@ class GraphApiTestCase(BaseTestCase):
         }
         three = self.traverse({**alice, "entity": "alice", "depth": 3}).json()
         assert ("acme", "located_in", "paris") in triples(three["relations"])
-        assert len(three["relations"]) == 4
+        assert len(three["relations"]) == 5
         # Either way round, and nothing for an unknown entity.
         back = self.traverse({**alice, "entity": "paris", "depth": 2}).json()
         assert triples(back["relations"]) == {
@@ -149,7 +150,7 @@ class GraphApiTestCase(BaseTestCase):
         body = {"filters": {"user_id": "alice"}, "entity": "alice", "depth": 3}
         assert len(self.traverse({**body, "limit": 1}).json()["relations"]) == 1
         assert len(self.traverse({**body, "limit": 3}).json()["relations"]) == 3
-        assert len(self.traverse({**body, "limit": 500}).json()["relations"]) == 4
+        assert len(self.traverse({**body, "limit": 500}).json()["relations"]) == 5
 
     def test_invalid_relations_only_when_asked(self) -> None:
         body = {"filters": {"user_id": "alice"}, "entity": "alice"}
@@ -159,7 +160,7 @@ class GraphApiTestCase(BaseTestCase):
         assert java["valid"] is False and java["invalidated_at"]
         listed = self.listing("user_id=alice").json()
         every = self.listing("user_id=alice&include_invalid=true").json()
-        assert every["count"] == listed["count"] + 1 == 5
+        assert every["count"] == listed["count"] + 1 == 6
 
     def test_scope_ids_are_read_as_search_reads_them(self) -> None:
         def seen(filters: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -167,14 +168,17 @@ class GraphApiTestCase(BaseTestCase):
             assert response.status_code == 200, response.content
             return triples(response.json()["relations"])
 
-        # Named ids must match, ids left out must be unset, "*" takes any value.
-        assert seen({"user_id": "alice"}) == {("alice", "likes", "python")}
-        assert seen({"user_id": "alice", "agent_id": "*"}) == {("alice", "uses", "python")}
-        assert seen({"AND": [{"user_id": "alice"}, {"agent_id": "bot"}]}) == {
-            ("alice", "uses", "python")
-        }
+        # Named ids must match, ids left out are not tested, "*" takes any value and NOT "*"
+        # none.
+        likes, uses = ("alice", "likes", "python"), ("alice", "uses", "python")
+        assert seen({"user_id": "alice"}) == {likes, uses}
+        assert seen({"user_id": "alice", "NOT": {"agent_id": "*"}}) == {likes}
+        everything_unset = {"OR": [{"agent_id": "*"}, {"app_id": "*"}, {"run_id": "*"}]}
+        assert seen({"AND": [{"user_id": "alice"}, {"NOT": everything_unset}]}) == {likes}
+        assert seen({"user_id": "alice", "agent_id": "*"}) == {uses}
+        assert seen({"AND": [{"user_id": "alice"}, {"agent_id": "bot"}]}) == {uses}
         assert seen({"user_id": "bob"}) == {("bob", "likes", "python")}
-        assert seen({"agent_id": "bot"}) == set()  # bot's edges all have a user
+        assert seen({"agent_id": "bot"}) == {uses}
         assert seen({"user_id": "carol"}) == set()
         # The list reads the same way.
         listed = self.listing("user_id=alice&agent_id=*").json()["results"]
@@ -193,19 +197,25 @@ class GraphApiTestCase(BaseTestCase):
         assert self.listing("user_id=bob", who=self.charlie).json()["count"] == 0
 
     def test_it_lists_a_scope_page_by_page_oldest_first(self) -> None:
-        first = self.listing("user_id=alice&page_size=2").json()
-        assert first["count"] == 4 and first["previous"] is None and len(first["results"]) == 2
+        first = self.listing("user_id=alice&page_size=3").json()
+        assert first["count"] == 5 and first["previous"] is None and len(first["results"]) == 3
         second = self.client.get(first["next"], headers=auth(self.alice.raw)).json()
         assert second["next"] is None and len(second["results"]) == 2
         ordered = first["results"] + second["results"]
-        assert [r["relationship"] for r in ordered] == ["knows", "works_at", "located_in", "likes"]
+        assert [r["relationship"] for r in ordered] == [
+            "knows",
+            "works_at",
+            "located_in",
+            "likes",
+            "uses",  # with her agent
+        ]
         assert [int(r["id"]) for r in ordered] == sorted(int(r["id"]) for r in ordered)
         whole = self.listing("user_id=alice").json()
         assert whole["results"] == ordered
-        assert self.listing("user_id=alice&page=3&page_size=2").status_code == 404
+        assert self.listing("user_id=alice&page=3&page_size=3").status_code == 404
         # The Python dict repr the mem0ai client sends as `filters` works too.
         repr_filters = quote(str({"user_id": "alice"}))
-        assert self.listing(f"filters={repr_filters}").json()["count"] == 4
+        assert self.listing(f"filters={repr_filters}").json()["count"] == 5
 
     def test_other_filters_keep_the_relations_of_matching_memories(self) -> None:
         work = {"user_id": "alice", "metadata": {"topic": "work"}}

@@ -90,7 +90,8 @@ class SearchTestCase(BaseTestCase):
         for threshold in (0.3, 0.5, 0.7, 0.9):
             cut = self.search({**body, "top_k": 20, "threshold": threshold}).json()["results"]
             assert cut == [r for r in everything if r["score"] >= threshold], threshold
-        assert len({len(r) for r in everything}) == 1 and len(everything) == len(FACTS)
+        # Alice's scope: her FACTS and the memory she shares with her agent.
+        assert len({len(r) for r in everything}) == 1 and len(everything) == len(FACTS) + 1
 
     def test_nothing_relevant_is_an_answer(self) -> None:
         """At the default threshold a question about something the scope never mentions finds

@@ -36,8 +36,10 @@ class SummaryTestCase(BaseTestCase):
     def summaries(self, filters: Any, **kwargs: Any) -> Any:
         return self.call("post", "/v1/summary/", {"filters": filters}, **kwargs)
 
-    def test_it_answers_a_users_own_summary(self) -> None:
-        response = self.summaries({"user_id": "alice"})
+    def test_it_answers_a_users_summaries_and_her_own_alone_when_asked(self) -> None:
+        every = self.summaries({"user_id": "alice"}).json()
+        assert [r["agent_id"] for r in every] == ["travel-bot", None]  # the most recent first
+        response = self.summaries({"user_id": "alice", "NOT": {"agent_id": "*"}})
         assert response.status_code == 200
         [row] = response.json()
         assert {k: v for k, v in row.items() if k != "updated_at"} == {
@@ -52,7 +54,11 @@ class SummaryTestCase(BaseTestCase):
         rows = self.summaries({"user_id": "alice", "agent_id": "*"}).json()
         assert [r["agent_id"] for r in rows] == ["travel-bot"]
         rows = self.summaries({"OR": [{"user_id": "bob"}, {"user_id": "alice"}]}).json()
-        assert [r["summary"] for r in rows] == ["Alice plans a trip to Japan.", "Bob keeps bees."]
+        assert [r["summary"] for r in rows] == [
+            "Alice's chats with the travel bot.",
+            "Alice plans a trip to Japan.",
+            "Bob keeps bees.",
+        ]
         since = (timezone.now() - timedelta(days=1)).isoformat()
         rows = self.summaries({"user_id": "*", "updated_at": {"lt": since}}).json()
         assert [r["user_id"] for r in rows] == ["bob"]

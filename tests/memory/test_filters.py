@@ -70,13 +70,6 @@ def pairs(condition: Any) -> list[tuple[str, Any]]:
     return list(condition.items()) if isinstance(condition, dict) else [("eq", condition)]
 
 
-def scope_named(node: Any) -> set[str]:
-    if isinstance(node, list):
-        return set().union(*map(scope_named, node))
-    named = {key for key in node if key in SCOPE_FIELDS}
-    return named.union(*(scope_named(v) for k, v in node.items() if k in ("AND", "OR", "NOT")))
-
-
 def scope_ok(value: str | None, condition: Any) -> bool:
     def one(op: str, x: Any) -> bool:
         if op == "eq":
@@ -167,9 +160,9 @@ def node_ok(m: Memory, node: dict[str, Any]) -> bool:
 
 
 def matches(m: Memory, filters: dict[str, Any]) -> bool:
-    unnamed = set(SCOPE_FIELDS) - scope_named(filters)
-    implicit = unnamed == set(SCOPE_FIELDS) or all(getattr(m, f) is None for f in unnamed)
-    return implicit and node_ok(m, filters)
+    """A filter tests the scope ids it names and no others (Mem0: "Unmentioned entities are
+    not constrained")."""
+    return node_ok(m, filters)
 
 
 # Strategies for filters.

@@ -11,6 +11,8 @@ import pytest
 
 from audit.models import AccessLog
 from memory import actions
+from memory.extraction.llm.offline import OfflineExtractor
+from memory.extraction.pipeline import process_event
 from memory.models import Memory
 from memory.text.embeddings import embed
 from tenants.db import project_context
@@ -213,5 +215,52 @@ def test_the_read_flags_and_delete_linked_through_the_client(
         # Without the flag the client sends none, and the answer has no cascade_count.
         (tea,) = add(client, ["I drink tea"], "alice")
         assert client.delete(tea["id"]) == {"message": "Memory deleted successfully!"}
+    finally:
+        client.client.close()
+
+
+def test_one_add_naming_several_entities_is_found_by_each_through_the_client(
+    live_api: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Mem0's cookbook "Partition Memories by Entity": one add with the four ids, then the
+    # user's scope and the agent's scope searched each alone (as agent-framework-mem0 does).
+    monkeypatch.setenv("MEM0_TELEMETRY", "False")
+    monkeypatch.setenv("MEM0_DIR", str(tmp_path))
+    from mem0 import MemoryClient
+
+    key = make_key("acme", "client-entities")
+    client = MemoryClient(host=live_api, api_key=key.raw)
+    ids = {"user_id": "traveler_cam", "agent_id": "travel_planner"}
+    ids |= {"run_id": "tokyo-2025-weekend", "app_id": "concierge_app"}
+    said = "I'm Cam. Keep in mind I avoid shellfish and prefer boutique hotels."
+    messages = [
+        {"role": "user", "content": said},
+        {"role": "assistant", "content": "Noted! I'll use those preferences in future trips."},
+    ]
+    user_scope = {"AND": [{f: ids[f]} for f in ("user_id", "app_id", "run_id")]}
+    agent_scope = {"AND": [{f: ids[f]} for f in ("agent_id", "app_id")]}
+    each: list[dict[str, Any]] = [user_scope, agent_scope, *({f: v} for f, v in ids.items())]
+
+    def texts(found: dict[str, Any]) -> set[str]:
+        return {item["memory"] for item in found["results"]}
+
+    try:
+        assert client.add(messages, infer=False, **ids)["status"] == "SUCCEEDED"
+        for filters in each:
+            found = client.search("Any dietary restrictions?", filters=filters, threshold=0.0)
+            assert said in texts(found), filters
+            assert said in texts(client.get_all(filters=filters)), filters
+        assert texts(client.get_all(filters={"agent_id": "chef_recommender"})) == set()
+
+        # Extracted (infer=True, the default): the worker's memories carry the four ids too.
+        client.delete_all(app_id="concierge_app")
+        event = client.add(messages, **ids)
+        process_event(event["event_id"], key.key.project_id, OfflineExtractor())
+        extracted = texts(client.get_all(filters={"user_id": "traveler_cam"}))
+        assert extracted
+        for filters in each:
+            assert texts(client.get_all(filters=filters)) == extracted, filters
+            found = client.search("Any dietary restrictions?", filters=filters, threshold=0.0)
+            assert texts(found) == extracted, filters
     finally:
         client.client.close()

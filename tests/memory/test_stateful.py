@@ -32,6 +32,7 @@ from tests.factory import auth
 WORDS = ["tea", "coffee", "Lisbon", "hiking", "chess", "a beagle", "sushi", "guitar"]
 USERS = ["u1", "u2"]
 AGENTS = [None, "bot"]
+ANY_AGENT = "(any agent)"  # a read that does not name agent_id: with an agent or without
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Model:
         return {
             m.id: m.text
             for m in self.active.values()
-            if (m.project, m.user, m.agent) == (project, user, agent)
+            if (m.project, m.user) == (project, user) and agent in (ANY_AGENT, m.agent)
         }
 
 
@@ -153,10 +154,13 @@ class MemoryMachine(RuleBasedStateMachine):
     def every_scope_lists_and_finds_exactly_what_it_holds(self) -> None:
         for who in ("alice", "charlie"):
             for user in USERS:
-                for agent in AGENTS:
+                for agent in (*AGENTS, ANY_AGENT):
                     expected = self.model.scope(who, user, agent)
-                    filters = {"user_id": user, "run_id": self.run, "agent_id": agent or None}
-                    filters = {k: v for k, v in filters.items() if v is not None}
+                    filters: dict[str, Any] = {"user_id": user, "run_id": self.run}
+                    if agent is None:  # the memories without an agent, by the strict form
+                        filters["NOT"] = {"agent_id": "*"}
+                    elif agent != ANY_AGENT:
+                        filters["agent_id"] = agent
                     listed = self.call(who, "post", "/v3/memories/", {"filters": filters})
                     assert listed.status_code == 200, listed.content
                     got = {m["id"]: m["memory"] for m in listed.json()["results"]}

@@ -105,7 +105,7 @@ def compiled_scope_ids(ids: dict[str, str]) -> Q:
     each one named equal ("*": set to anything), the others not tested; each cleaned
     (cleaned_scope_ids)."""
     try:
-        return compile_filters(cleaned_scope_ids(ids), exact_scope=False)
+        return compile_filters(cleaned_scope_ids(ids))
     except FilterError as exc:
         raise serializers.ValidationError(str(exc)) from None
 
