@@ -1,22 +1,22 @@
-"""Two tenants on one server: an ordinary one's latency while another keeps slow requests in flight.
+"""Two tenants on one server: an ordinary one's latency while another keeps slow requests going.
 
 Starts gunicorn itself (config/gunicorn_conf.py, on a free loopback port and the database of
 .local/engram.env), twice: once as engram served before issue #47 (one thread per web process,
-no limit on slow requests, no request budget: --before's settings) and once at the defaults.
-In each, for --duration seconds per phase:
+no limit on slow requests, no request budget: BEFORE) and once at the defaults. In each, for
+--duration seconds per phase:
 
-- **alone:** tenant B's --clients clients in a closed loop, 80 % searches and 20 % adds
-  (infer=false) in a scope seeded with --seed memories;
-- **abused:** the same, while tenant A's --abusers clients each send, in a closed loop, an update
-  of a memory whose row another session holds locked: each waits out the API's lock_timeout
-  (2 s by default) and answers 503 — a request that is slow without costing the server any CPU,
-  as the hostile review's deadline-long requests were.
+- **alone:** tenant B's --clients clients in a closed loop (keep-alive, as the SDKs), 80 %
+  searches and 20 % adds (infer=false) in a scope seeded with --seed memories;
+- **abused:** the same, while tenant A's --abusers clients each send, in a closed loop and each
+  on a new connection, an update of a memory whose row another session holds locked: each
+  waits out the API's lock_timeout (2 s by default) and answers 503 — a request that is slow
+  without costing the server any CPU, as the hostile review's deadline-long requests were.
 
-Prints B's p50 / p95 / p99 / mean / max per request type in both phases, A's answers by status, and the
-peak RSS of the web server's processes. Keys for two projects of their own are minted in the
+Prints B's p50 / p95 / p99 / mean / max per request type in both phases, A's answers by
+status, and the peak RSS of the web server's processes. Keys for two projects of their own are minted in the
 local database (bench-noisy-a / -b); their memories are deleted at the end.
 
-    .venv/bin/python bench/noisy_neighbour.py [--duration 20] [--clients 2] [--abusers 4]
+    .venv/bin/python bench/noisy_neighbour.py [--duration 30] [--clients 2] [--abusers 8]
 """
 
 from __future__ import annotations
@@ -148,12 +148,14 @@ def ordinary(host: str, key: str, user: str, until: float, seed: int) -> dict[st
 def abuser(
     host: str, key: str, memory_id: str, until: float, statuses: collections.Counter[int]
 ) -> None:
-    with httpx.Client(base_url=host, headers=auth(key), timeout=60) as http:
-        while time.monotonic() < until:
+    """Tenant A's client: a new connection for every request (no keep-alive), so that its
+    requests reach every web process, as a client with many connections would."""
+    while time.monotonic() < until:
+        with httpx.Client(base_url=host, headers=auth(key), timeout=60) as http:
             response = http.put(f"/v1/memories/{memory_id}/", json={"text": "changed"})
-            statuses[response.status_code] += 1
-            if response.status_code == 429:  # as a client that honours Retry-After would
-                time.sleep(float(response.headers.get("Retry-After") or 1))
+        statuses[response.status_code] += 1
+        if response.status_code == 429:  # as a client that honours Retry-After would
+            time.sleep(float(response.headers.get("Retry-After") or 1))
 
 
 def phase(
@@ -190,9 +192,9 @@ def phase(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=20, help="seconds per phase (20)")
+    parser.add_argument("--duration", type=float, default=30, help="seconds per phase (30)")
     parser.add_argument("--clients", type=int, default=2, help="tenant B's clients (2)")
-    parser.add_argument("--abusers", type=int, default=4, help="tenant A's clients (4)")
+    parser.add_argument("--abusers", type=int, default=8, help="tenant A's clients (8)")
     parser.add_argument("--seed", type=int, default=40, help="tenant B's memories (40)")
     parser.add_argument("--only", choices=["before", "after"], help="run one configuration")
     args = parser.parse_args()
