@@ -80,7 +80,7 @@ def claimed_projects(job: jobs.Job, backlog: uuid.UUID, other: uuid.UUID) -> lis
         return job.message(*args)
 
     sent = [broker.enqueue(message(p)).message_id for p in [backlog] * 5 + [other]]
-    consumer = broker.consume(job.queue_name, prefetch=6)
+    consumer: Any = broker.consume(job.queue_name, prefetch=6)  # the library's consumer
     try:
         claims = []
         for _ in range(4):
