@@ -42,6 +42,14 @@ class Found:
     linked: dict[uuid.UUID, list[uuid.UUID]] = field(default_factory=dict)
     # The graph relations behind the hits and the entities the query names (when asked).
     relations: list[graph.Relation] | None = None
+    # The best score of any memory considered, returned or not (None: the scope had none).
+    best: float | None = None
+
+    @property
+    def nothing_relevant(self) -> bool:
+        """No memory passed the threshold: the scope holds nothing about the query, as far as
+        the score can tell (or nothing at all: `best` None)."""
+        return not self.hits
 
 
 def prepare(
@@ -118,9 +126,10 @@ def search(
     hits = hybrid_search(memories, query, top_k=top_k, threshold=threshold)
     ids = [hit.memory.id for hit in hits]
     return Found(
-        hits,
+        list(hits),
         queries.linked_memory_ids(project_id, ids) if linked else {},
         queries.search_relations(project_id, relations_of, query, ids)
         if relations_of is not None
         else None,
+        hits.best,
     )

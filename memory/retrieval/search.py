@@ -243,6 +243,14 @@ class ScoredMemory:
     score: Score
 
 
+class Ranked(list[ScoredMemory]):
+    """hybrid_search's answer: the memories at or above the threshold, best first (a list), and
+    `best`, the best score any candidate had (None: no candidate), so that a search returning
+    nothing can say how near it came."""
+
+    best: float | None = None
+
+
 def hybrid_search(
     queryset: MemoryQuerySet,
     query: Query,
@@ -250,7 +258,7 @@ def hybrid_search(
     top_k: int,
     threshold: float,
     exact: bool | None = None,
-) -> list[ScoredMemory]:
+) -> Ranked:
     """Return up to top_k memories of `queryset` best matching `query`, best first.
 
     A time window the query names ("last week") adds the memories whose event time falls in it
@@ -275,7 +283,7 @@ def hybrid_search(
     except EmptyResultSet:
         # A caller's own ORM condition that cannot match (pk__in=[]); the filter compiler
         # writes an impossible filter as SQL false instead, which runs like any condition.
-        return []
+        return Ranked()
     candidates, candidate_params = _candidate_queries(
         scope, vector_literal, exact=exact, top_k=top_k, window=window
     )
@@ -336,7 +344,9 @@ def hybrid_search(
         (row, score) for row, score in zip(rows, scores, strict=True) if score.score >= threshold
     ]
     relevant.sort(key=lambda pair: pair[1].score, reverse=True)
-    return [ScoredMemory(_memory(row), score) for row, score in relevant[:top_k]]
+    ranked = Ranked(ScoredMemory(_memory(row), score) for row, score in relevant[:top_k])
+    ranked.best = max((score.score for score in scores), default=None)
+    return ranked
 
 
 def score_candidates(candidates: Sequence[Signals], query: Query) -> list[Score]:
