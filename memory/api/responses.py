@@ -98,7 +98,22 @@ class ScoredMemorySerializer(MemorySerializer):
     score_breakdown = ScoreBreakdownSerializer()
 
 
-class SearchResultsSerializer(Closed):
+class SearchVerdictSerializer(Closed):
+    """What every search object says besides its results (Mem0's clients ignore it)."""
+
+    nothing_relevant = serializers.BooleanField(
+        help_text="True when no memory scored `threshold` or more: `results` is empty because "
+        "nothing stored is about the query (as far as the score can tell), not by error."
+    )
+    best_score = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="Only with nothing_relevant true: the best score any memory considered had "
+        "(below the threshold); null when the scope holds no memory.",
+    )
+
+
+class SearchResultsSerializer(SearchVerdictSerializer):
     results = ScoredMemorySerializer(many=True)
 
 
@@ -583,7 +598,7 @@ class SearchRelationSerializer(Closed):
     target = serializers.CharField(help_text="The destination again (the Mem0 Platform's name).")
 
 
-class GraphSearchResultsSerializer(Closed):
+class GraphSearchResultsSerializer(SearchVerdictSerializer):
     """enable_graph: the results and the relations (on v1 and v2 too, as Mem0 answered); on
     v1 and v2, output_format "v1.1" without enable_graph: the same with no relations."""
 
@@ -591,6 +606,25 @@ class GraphSearchResultsSerializer(Closed):
     relations = SearchRelationSerializer(many=True)
 
 
+# Every search answer's headers (the bare list's only way to say nothing was relevant).
+SEARCH_HEADERS = [
+    OpenApiParameter(
+        "Engram-Nothing-Relevant",
+        {"type": "string", "enum": ["true", "false"]},
+        OpenApiParameter.HEADER,
+        response=[200],
+        required=True,
+        description="true when no memory scored `threshold` or more (the body's nothing_relevant).",
+    ),
+    OpenApiParameter(
+        "Engram-Best-Score",
+        {"type": "string", "pattern": r"^[0-9.e-]+$"},
+        OpenApiParameter.HEADER,
+        response=[200],
+        description="The best score any memory considered had, returned or not (rounded as "
+        "`score`); absent when the scope holds no memory.",
+    ),
+]
 SEARCH_V3 = PolymorphicProxySerializer(
     component_name="SearchResponse",
     serializers=[SearchResultsSerializer, GraphSearchResultsSerializer],

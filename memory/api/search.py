@@ -4,9 +4,15 @@ all three answer {"results": [...], "relations": [...]}.
 
 latest_only=false also searches superseded memories (queries.matching); include_merged and
 keyword_search are accepted and change nothing (engram never merges; keywords always count).
+
+An answer with no result says whether that is because nothing is about the query: an object
+carries `nothing_relevant` (and then `best_score`), and every answer, the bare list too, the
+headers Engram-Nothing-Relevant and Engram-Best-Score.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view
@@ -47,7 +53,12 @@ def search(request: Request, *, envelope: bool) -> Response:
         return found
 
     found = searching.following_a_switch(attempt)
-    items = [
+    return answer(found, items(found), envelope=envelope, output_format=data.get("output_format"))
+
+
+def items(found: searching.Found) -> list[dict[str, Any]]:
+    """The results' bodies, best first."""
+    return [
         {
             **s.memory_data(hit.memory, found.linked.get(hit.memory.id)),
             "score": round(hit.score.score, 6),
@@ -62,20 +73,34 @@ def search(request: Request, *, envelope: bool) -> Response:
         }
         for hit in found.hits
     ]
+
+
+def answer(
+    found: searching.Found,
+    results: list[dict[str, Any]],
+    *,
+    envelope: bool,
+    output_format: str | None,
+) -> Response:
+    """The answer in the version's shape; an object also says whether nothing was relevant
+    (s.search_verdict), and every answer says it in its headers (s.search_headers)."""
+    headers = s.search_headers(found)
+    verdict = s.search_verdict(found)
     if found.relations is not None:
         # Mem0 answered graph searches with an object on every version (results, relations).
-        return Response({"results": items, "relations": graph_relations(found.relations)})
+        relations = graph_relations(found.relations)
+        return Response({"results": results, "relations": relations, **verdict}, headers=headers)
     if envelope:
-        return Response({"results": items})
-    if data.get("output_format") == "v1.1":
-        return Response({"results": items, "relations": []})
-    return Response(items)
+        return Response({"results": results, **verdict}, headers=headers)
+    if output_format == "v1.1":
+        return Response({"results": results, "relations": [], **verdict}, headers=headers)
+    return Response(results, headers=headers)
 
 
 @extend_schema(
     request=s.SearchSerializer,
     responses=r.answers({200: r.SEARCH_V3}, body=True, embeds=True),
-    parameters=[r.RETRY_AFTER],
+    parameters=[r.RETRY_AFTER, *r.SEARCH_HEADERS],
     summary="Search memories (v3)",
 )
 @api_view(["POST"])
@@ -86,7 +111,7 @@ def search_v3(request: Request) -> Response:
 @extend_schema(
     request=s.SearchSerializer,
     responses=r.answers({200: r.SEARCH_LEGACY}, body=True, embeds=True),
-    parameters=[r.RETRY_AFTER],
+    parameters=[r.RETRY_AFTER, *r.SEARCH_HEADERS],
     summary="Search memories (v1/v2: a bare list; an object with output_format v1.1)",
 )
 @api_view(["POST"])

@@ -299,7 +299,20 @@ def search_memories(
 
     found = searching.following_a_switch(attempt)
     results = [{**s.memory_data(h.memory), "score": round(h.score.score, 6)} for h in found.hits]
-    return answer(lines(results), {"results": results})
+    return answer(search_text(found, results), {"results": results, **s.search_verdict(found)})
+
+
+def search_text(found: searching.Found, results: list[dict[str, Any]]) -> str:
+    """The results for the model; when there are none, that nothing stored is about the query
+    (not a failure: a reason to answer without memory), and how near the best came."""
+    if not found.nothing_relevant:
+        return lines(results)
+    if found.best is None:
+        return "Nothing relevant: no memory is stored in this scope."
+    return (
+        f"Nothing relevant: no memory is about this (the closest scored {found.best:.2f}, "
+        "below the relevance threshold). Answer without relying on memory."
+    )
 
 
 @tool(read_only=True)

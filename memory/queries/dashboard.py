@@ -66,10 +66,12 @@ def browse_memories(
     categories: Sequence[str] = (),
     created_from: datetime | None = None,
     created_to: datetime | None = None,
+    contains: str = "",
 ) -> MemoryQuerySet:
     """The dashboard's list: the project's memories whose scope ids equal those given (the
     others may be anything), in `state` (None: any but redacted, which is never listed),
-    expired or not, newest first."""
+    expired or not, whose text contains `contains` in any case (a plain filter, LIKE: a scan
+    of the scope), newest first."""
     found = memories(project_id).light().filter(**{f: v for f, v in scope.items() if v})
     if state is not None:
         found = found.filter(state=state)
@@ -81,6 +83,8 @@ def browse_memories(
         found = found.filter(created_at__gte=created_from)
     if created_to:
         found = found.filter(created_at__lte=created_to)
+    if contains:
+        found = found.filter(text__icontains=contains)
     return found.order_by("-created_at", "-id")
 
 

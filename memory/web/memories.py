@@ -40,6 +40,7 @@ SEARCH_RESULTS = 50
 SCOPES_SHOWN = 25  # per kind on the project page: the top ids by count, narrowed by a filter
 TOP_SPENDERS = 5  # users on the project page, the most tokens of the last USAGE_DAYS first
 QUERY_MAX_LENGTH = 4000  # as the API's search query
+CONTAINS_MAX_LENGTH = 200
 STATES = {
     "active": Memory.State.ACTIVE,
     "superseded": Memory.State.SUPERSEDED,
@@ -65,6 +66,12 @@ class MemoryFilterForm(forms.Form):
         required=False,
         max_length=QUERY_MAX_LENGTH,
         label="Search (by meaning and words)",
+        widget=forms.TextInput(attrs={"type": "search"}),
+    )
+    contains = forms.CharField(
+        required=False,
+        max_length=CONTAINS_MAX_LENGTH,
+        label="Text contains (as typed, any case; not a relevance search)",
         widget=forms.TextInput(attrs={"type": "search"}),
     )
     user_id = _scope_field("User")
@@ -97,6 +104,7 @@ class MemoryFilterForm(forms.Form):
             categories=[data["category"]] if data.get("category") else (),
             created_from=_moment(data.get("date_from"), time.min),
             created_to=_moment(data.get("date_to"), time.max),
+            contains=data.get("contains") or "",
         )
 
 
@@ -180,7 +188,9 @@ def project(request: HttpRequest, dash: Dashboard) -> HttpResponse:
 
 @operator_page(tenant=False)  # the query is embedded before the transaction opens
 def memory_list(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    """A scope's memories: newest first, 25 a page; with `q`, the hybrid search's top 50."""
+    """A scope's memories: newest first, 25 a page; with `q`, the search's best 50 at the API's
+    score and default threshold (the cut shown), and with `nearest`, the best memory below the
+    cut too; `contains` keeps the memories whose text contains it (a plain filter)."""
     form = MemoryFilterForm(request.GET)
     context: dict[str, Any] = {
         "section": "memories",
@@ -188,13 +198,17 @@ def memory_list(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "page": None,
         "hits": None,
         "threshold": searching.DEFAULT_THRESHOLD,
+        "results": SEARCH_RESULTS,
     }
     valid = form.is_valid()
     text = form.cleaned_data["q"] if valid else ""
     found = form.memories(dash.project.pk) if valid else None
+    nearest = request.GET.get("nearest") == "1"
     # The page again, once, after following an embedding switch (memory.search).
     return searching.following_a_switch(
-        lambda: _memory_page(request, dash, form=form, context=context, text=text, found=found)
+        lambda: _memory_page(
+            request, dash, form=form, context=context, text=text, found=found, nearest=nearest
+        )
     )
 
 
@@ -206,6 +220,7 @@ def _memory_page(
     context: dict[str, Any],
     text: str,
     found: Any,
+    nearest: bool,
 ) -> HttpResponse:
     query: Query | None = None
     if text and found is not None:
@@ -216,9 +231,7 @@ def _memory_page(
     with project_context(dash.project.pk):
         if found is not None:
             if query is not None:
-                context["hits"] = searching.search(
-                    dash.project.pk, found, query, top_k=SEARCH_RESULTS
-                ).hits
+                context.update(_search(dash, found, query, nearest=nearest))
             elif not text:
                 context["page"] = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
             context["scope"] = form.scope()
@@ -226,6 +239,19 @@ def _memory_page(
                 user_id = context["scope"]["user_id"]
                 context["profile"] = profile_queries.profile_card(dash.project.pk, user_id)
         return render(request, "web/operator/memories.html", context)
+
+
+def _search(dash: Dashboard, found: Any, query: Query, *, nearest: bool) -> dict[str, Any]:
+    """The search's context: the hits at the API's default threshold and the best score of any
+    memory (`best`: None in an empty scope); with `nearest`, the same search at threshold 0,
+    the best memory below the cut as `nearest` (one search either way)."""
+    threshold = searching.DEFAULT_THRESHOLD
+    result = searching.search(
+        dash.project.pk, found, query, top_k=SEARCH_RESULTS, threshold=0 if nearest else threshold
+    )
+    hits = [hit for hit in result.hits if hit.score.score >= threshold]
+    below = [hit for hit in result.hits if hit.score.score < threshold]
+    return {"hits": hits, "best": result.best, "nearest": below[0] if nearest and below else None}
 
 
 @operator_page()

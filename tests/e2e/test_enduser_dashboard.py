@@ -68,10 +68,18 @@ def test_an_end_user_searches_corrects_downloads_and_erases(
     page.get_by_label("Search your memories").fill("musical instrument")
     page.get_by_role("button", name="Search").click()
     expect(page.get_by_role("heading", level=2)).to_have_text(
-        "Best matches for “musical instrument”"
+        "Your memories about “musical instrument”"
     )
     expect(memories.first.locator(".enduser-text")).to_have_text("Plays the cello on Sundays")
     shots(page, "search")
+    # A question nothing remembered is about: said so, nothing listed.
+    page.get_by_label("Search your memories").fill("What is my blood type?")
+    page.get_by_role("button", name="Search").click()
+    expect(page.get_by_role("heading", level=2)).to_contain_text("No memory is about this")
+    expect(memories).to_have_count(0)
+    shots(page, "nothing-relevant")
+    page.get_by_label("Search your memories").fill("musical instrument")
+    page.get_by_role("button", name="Search").click()
 
     # Where it came from, then a correction: its versions say "you" made it.
     memories.first.get_by_role("link").click()

@@ -94,3 +94,40 @@ def test_an_operator_finds_edits_deletes_and_restores_a_memory(page: Page, shots
     page.get_by_role("link", name="← Memories of user alice").click()
     expect(page.get_by_role("heading", name="3 memories, newest first")).to_be_visible()
     shots(page, "phone-memories")
+
+
+def test_an_operator_sees_the_cut_asks_for_the_nearest_and_filters_by_a_word(
+    page: Page, shots: Shots
+) -> None:
+    project = make_key("acme", "main").key.project
+    with project_context(project.pk):
+        add_texts(project, ALICE, user_id="alice")
+    olga = get_user_model().objects.create_user("olga", password="a long passphrase")
+    Membership.objects.create(
+        user=olga, organization=project.organization, role=Membership.Role.READER
+    )
+    login(page, "olga", "a long passphrase")
+    page.get_by_role("link", name="alice", exact=True).click()
+
+    # A question nothing stored is about: said so, with the cut, and the nearest on request.
+    page.get_by_label("Search (by meaning and words)").fill("What is her blood type?")
+    page.get_by_role("button", name="Show").click()
+    expect(page.get_by_role("heading", level=2)).to_contain_text("No memory is about this")
+    expect(page.locator(".search-cut")).to_contain_text("cut at 0.5")
+    expect(page.locator("table")).to_have_count(0)
+    shots(page, "nothing-relevant")
+    page.get_by_role("link", name="Show the nearest").click()
+    expect(page.locator("tr.below-cut")).to_contain_text("Below the cut of 0.5")
+    expect(page.locator("table tbody tr")).to_have_count(2)  # the label, then the memory
+    shots(page, "nearest")
+
+    # A word as typed, in any case: a plain filter, labelled as no relevance search.
+    page.get_by_label("Search (by meaning and words)").fill("")
+    page.get_by_label("Text contains").fill("RIVER")
+    page.get_by_role("button", name="Show").click()
+    expect(page.get_by_role("heading", level=2)).to_have_text(
+        "1 memory whose text contains “RIVER”, newest first"
+    )
+    expect(page.locator("p.muted", has_text="not a relevance search")).to_be_visible()
+    expect(page.locator("table tbody tr")).to_have_count(1)
+    shots(page, "contains")

@@ -102,6 +102,40 @@ class SearchTestCase(BaseTestCase):
         found = self.search({**scoped, "query": "Does she have any pets?"}).json()["results"]
         assert found[0]["memory"] == FACTS[3] and found[0]["score"] >= DEFAULT_THRESHOLD
 
+    def test_it_says_when_nothing_is_relevant_and_how_near_it_came(self) -> None:
+        scoped = {"filters": {"user_id": "alice"}}
+        body = self.search({**scoped, "query": "What is her blood type?"}).json()
+        assert (body["results"], body["nothing_relevant"]) == ([], True)
+        assert 0 < body["best_score"] < DEFAULT_THRESHOLD
+        # The best score is the one a threshold of 0 would have put first.
+        everything = self.search({**scoped, "query": "What is her blood type?", "threshold": 0})
+        assert body["best_score"] == everything.json()["results"][0]["score"]
+        found = self.search({**scoped, "query": "Does she have any pets?"}).json()
+        assert found["nothing_relevant"] is False and "best_score" not in found
+
+    def test_it_says_nothing_relevant_with_no_best_score_in_an_empty_scope(self) -> None:
+        response = self.search({"query": "coffee", "filters": {"user_id": "nobody"}})
+        assert response.json() == {"results": [], "nothing_relevant": True, "best_score": None}
+        assert response.headers["Engram-Nothing-Relevant"] == "true"
+        assert "Engram-Best-Score" not in response.headers
+
+    def test_it_says_it_in_headers_on_a_bare_list(self) -> None:
+        for path in ("/v2/memories/search/", "/v1/memories/search/"):
+            off = self.search({"query": "quantum chromodynamics", "user_id": "alice"}, path)
+            assert off.json() == [], path
+            assert off.headers["Engram-Nothing-Relevant"] == "true", path
+            assert float(off.headers["Engram-Best-Score"]) < DEFAULT_THRESHOLD, path
+            on = self.search({"query": "coffee", "user_id": "alice"}, path)
+            assert on.headers["Engram-Nothing-Relevant"] == "false", path
+            assert float(on.headers["Engram-Best-Score"]) == on.json()[0]["score"], path
+
+    def test_it_says_it_in_every_object_answer(self) -> None:
+        off = {"query": "quantum chromodynamics", "user_id": "alice"}
+        for extra in ({"output_format": "v1.1"}, {"enable_graph": True}):
+            body = self.search({**off, **extra}, "/v2/memories/search/").json()
+            assert (body["results"], body["nothing_relevant"]) == ([], True), extra
+            assert body["best_score"] < DEFAULT_THRESHOLD, extra
+
     def test_it_answers_v1_and_v2_with_a_bare_list(self) -> None:
         for path in ("/v2/memories/search/", "/v1/memories/search/"):
             response = self.search({"query": "coffee", "user_id": "alice"}, path=path)

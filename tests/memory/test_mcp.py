@@ -26,6 +26,7 @@ from mcp.types import CallToolResult
 from audit.models import AccessLog
 from config import deadlines
 from memory.models import Memory, MemoryEvent
+from memory.search import DEFAULT_THRESHOLD
 from tenants.actions import NewApiKey
 from tenants.db import project_context
 from tests.config.test_deadlines import memories_locked
@@ -129,6 +130,24 @@ def test_it_adds_searches_updates_and_deletes(live_api: str, acme: NewApiKey) ->
     assert active_texts(acme) == {"My sister lives in Lisbon"}
     gone = call(live_api, acme, "get_memory", memory_id=coffee)
     assert gone.is_error and "Not found" in text(gone)
+
+
+def test_a_search_says_when_nothing_is_relevant(live_api: str, acme: NewApiKey) -> None:
+    add(live_api, acme, "I love dark roast coffee")
+    add(live_api, acme, "My sister lives in Lisbon")
+    alice: dict[str, Any] = {"filters": {"user_id": "alice"}}
+
+    off = call(live_api, acme, "search_memories", query="What is her blood type?", **alice)
+    assert (off.structured_content["results"], off.structured_content["nothing_relevant"]) == (
+        [], True,
+    )  # fmt: skip
+    assert 0 < off.structured_content["best_score"] < DEFAULT_THRESHOLD
+    assert "no memory is about this" in text(off) and not off.is_error
+    on = call(live_api, acme, "search_memories", query="what does the user drink?", **alice)
+    assert on.structured_content["nothing_relevant"] is False
+    empty = call(live_api, acme, "search_memories", query="coffee", filters={"user_id": "zed"})
+    assert empty.structured_content["best_score"] is None
+    assert "no memory is stored" in text(empty)
 
 
 def test_it_deletes_a_scope_and_entities_and_lists_entities(live_api: str, acme: NewApiKey) -> None:

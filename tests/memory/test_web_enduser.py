@@ -74,7 +74,7 @@ class EndUserDashboardTestCase(BaseTestCase):
     def test_it_says_when_nothing_remembered_is_about_the_search(self) -> None:
         page = self.client.get(self.url("home"), {"q": "What is my blood type?"})
         assert list(page.context["page"].object_list) == []
-        assert b"No relevant memories" in page.content
+        assert b"No memory is about this" in page.content
 
     def test_it_paginates(self) -> None:
         with project_context(self.project.pk):

@@ -14,11 +14,12 @@ from django.test import TestCase, override_settings
 
 from memory import graph
 from memory.models import Memory, MemoryEvent, MemoryHistory
+from memory.search import DEFAULT_THRESHOLD
 from memory.text import embeddings
 from memory.text.embeddings import EmbeddingError
 from tenants.db import project_context
 from tenants.models import Membership, Organization, Project
-from tests.factory import add_texts, make_key, make_memory
+from tests.factory import add_texts, auth, make_key, make_memory
 
 
 class DownEmbedder:
@@ -247,8 +248,45 @@ class WebMemoriesTestCase(TestCase):
     def test_it_says_when_nothing_stored_is_about_the_search(self) -> None:
         response = self.client.get(self.url("memories/"), {"q": "What is her blood type?"})
         assert self.texts(response) == []
-        assert b"No relevant memories" in response.content
+        assert b"No memory is about this" in response.content
+        assert b"cut at <strong>0.5</strong>" in response.content  # the cut is shown
+        assert 0 < response.context["best"] < DEFAULT_THRESHOLD
+        assert b"?q=What+is+her+blood+type%3F&amp;nearest=1" in response.content
         assert self.texts(self.client.get(self.url("memories/"), {"q": "Where does she live?"}))
+
+    def test_it_shows_the_nearest_memory_below_the_cut_on_request(self) -> None:
+        asked = {"q": "What is her blood type?", "nearest": "1"}
+        response = self.client.get(self.url("memories/"), asked)
+        nearest = response.context["nearest"]
+        assert self.texts(response) == [] and nearest is not None
+        assert nearest.score.score == response.context["best"] < DEFAULT_THRESHOLD
+        assert b"Below the cut of 0.5" in response.content
+        assert nearest.memory.text.encode() in response.content
+
+    def test_its_scores_and_cut_are_the_apis(self) -> None:
+        key = make_key("acme", "main", name="api")
+        for question in ("What does she drink?", "Where does she live?", "What is her job?"):
+            page = self.client.get(self.url("memories/"), {"q": question, "user_id": "alice"})
+            api = self.client.post(
+                "/v3/memories/search/",
+                {"query": question, "filters": {"user_id": "alice"}},
+                content_type="application/json",
+                headers=auth(key.raw),
+            )
+            dashboard = [(h.memory.text, round(h.score.score, 6)) for h in page.context["hits"]]
+            assert dashboard == [(r["memory"], r["score"]) for r in api.json()["results"]]
+
+    def test_it_filters_on_text_contained_not_relevance(self) -> None:
+        with project_context(self.project.pk):
+            add_texts(self.project, ["Drinks GREENISH smoothies"], user_id="alice")
+        response = self.client.get(self.url("memories/"), {"contains": "green"})
+        assert self.texts(response) == ["Drinks GREENISH smoothies", "User likes green tea"]
+        assert b"not a relevance search" in response.content
+        assert self.listing(contains="green", user_id="bob") == []
+        assert self.listing(contains="%") == []  # a LIKE wildcard is a character like any
+        # With a search too: the search ranks only the memories that contain it.
+        assert self.listing(contains="paris", q="Where does she live?") == ["User lives in Paris"]
+        assert self.listing(contains="tea", q="Where does she live?") == []
 
     def test_in_a_users_scope_their_own_name_carries_no_weight(self) -> None:
         with project_context(self.project.pk):

@@ -31,7 +31,13 @@ from memory.api.serializers.adds import (
     check_observation_time,
     observed_moment,
 )
-from memory.api.serializers.bodies import memory_data
+from memory.api.serializers.bodies import (
+    BEST_SCORE_HEADER,
+    NOTHING_RELEVANT_HEADER,
+    memory_data,
+    search_headers,
+    search_verdict,
+)
 from memory.api.serializers.exports import ExportGetSerializer, ExportSerializer, NonNullJSONField
 from memory.api.serializers.fields import (
     DOT_SEGMENTS,
@@ -88,10 +94,12 @@ from memory.api.serializers.writes import (
 )
 
 __all__ = [
+    "BEST_SCORE_HEADER",
     "DOT_SEGMENTS",
     "MAX_TIMESTAMP",
     "MAX_UTC_OFFSET",
     "MEMORY_TYPES",
+    "NOTHING_RELEVANT_HEADER",
     "PART_SCHEMA",
     "ROLES",
     "AddSerializer",
@@ -135,6 +143,8 @@ __all__ = [
     "parse_query_filters",
     "scope_id",
     "scope_of",
+    "search_headers",
+    "search_verdict",
     "too_long",
     "validate_filters",
     "validate_metadata",

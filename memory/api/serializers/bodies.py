@@ -1,7 +1,7 @@
 """memory_data: a memory's body, as every answer that carries a memory shows it (the REST
-API and the MCP tools alike).
+API and the MCP tools alike); search_verdict: what a search answer says besides its results.
 
-May import memory.models; no other module of this package.
+May import memory.models and memory.search (its answer); no other module of this package.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory.models import Memory
+from memory.search import Found
 
 
 def memory_data(memory: Memory, linked: Sequence[uuid.UUID] | None = None) -> dict[str, Any]:
@@ -43,3 +44,28 @@ def memory_data(memory: Memory, linked: Sequence[uuid.UUID] | None = None) -> di
     if linked is not None:
         data["linked_memory_ids"] = [str(i) for i in linked]
     return data
+
+
+def search_verdict(found: Found) -> dict[str, Any]:
+    """Whether nothing passed the threshold (`nothing_relevant`) and, when so, how near the
+    search came (`best_score`: the best score of any memory considered, rounded as `score`;
+    None when the scope holds no memory). Mem0's clients ignore keys they do not know."""
+    if not found.nothing_relevant:
+        return {"nothing_relevant": False}
+    best = None if found.best is None else round(found.best, 6)
+    return {"nothing_relevant": True, "best_score": best}
+
+
+# The response headers that say the same on every search answer: a bare list (v1 and v2
+# without output_format "v1.1") has nowhere else to say it.
+NOTHING_RELEVANT_HEADER = "Engram-Nothing-Relevant"
+BEST_SCORE_HEADER = "Engram-Best-Score"
+
+
+def search_headers(found: Found) -> dict[str, str]:
+    """`Engram-Nothing-Relevant: true|false` and `Engram-Best-Score` (the best score of any
+    memory considered, passed or not; absent when the scope holds no memory)."""
+    headers = {NOTHING_RELEVANT_HEADER: "true" if found.nothing_relevant else "false"}
+    if found.best is not None:
+        headers[BEST_SCORE_HEADER] = str(round(found.best, 6))
+    return headers
