@@ -498,6 +498,36 @@ ENGRAM_EVENT_LEASE_SECONDS = env_int(
     minimum=1,
 )
 
+# --- Reranking (memory/rerank.py, docs/rerank.md) ------------------------------------------
+# What a search with `rerank: true` asks for a second opinion on its order: "off" (nothing: the
+# answer says it was not reranked), "endpoint" (a reranker service speaking POST /rerank), or
+# "judge" (the extraction model, ENGRAM_LLM_PROVIDER's, reorders the candidates).
+ENGRAM_RERANK = env_choice("ENGRAM_RERANK", "off", ("off", "endpoint", "judge"))
+# The reranker service: its base URL ({URL}/rerank is posted to), the body it takes ("cohere":
+# Cohere, Jina, vLLM, llama.cpp, Infinity, LiteLLM; "tei": text-embeddings-inference), the model
+# it should use (sent as `model`, cohere only) and its key (sent as a Bearer token).
+ENGRAM_RERANK_URL = env_str("ENGRAM_RERANK_URL", "")
+ENGRAM_RERANK_API = env_choice("ENGRAM_RERANK_API", "cohere", ("cohere", "tei"))
+ENGRAM_RERANK_MODEL = env_str("ENGRAM_RERANK_MODEL", "")
+ENGRAM_RERANK_API_KEY = env_secret("ENGRAM_RERANK_API_KEY")
+# The search's best this many results are reranked (a small top_k still sees them all).
+ENGRAM_RERANK_TOP_N = env_int("ENGRAM_RERANK_TOP_N", 20, minimum=2)
+# The whole exchange with the reranker, after which the search answers in the fused order.
+ENGRAM_RERANK_TIMEOUT_MS = env_int("ENGRAM_RERANK_TIMEOUT_MS", 2000, minimum=1)
+if ENGRAM_RERANK_TOP_N > 50:
+    # Every candidate's text goes to the reranker: past 50 the call costs more than it can move.
+    raise ImproperlyConfigured("ENGRAM_RERANK_TOP_N must be at most 50.")
+if ENGRAM_RERANK == "endpoint" and not ENGRAM_RERANK_URL:
+    raise ImproperlyConfigured(
+        "ENGRAM_RERANK=endpoint needs ENGRAM_RERANK_URL: the reranker's base URL (it is sent "
+        "POST {URL}/rerank), e.g. http://127.0.0.1:8080 or https://api.cohere.com/v2."
+    )
+if ENGRAM_RERANK == "judge" and ENGRAM_EXTRACTOR == "offline":
+    raise ImproperlyConfigured(
+        "ENGRAM_RERANK=judge needs a model: the extraction model judges (ENGRAM_LLM_PROVIDER "
+        "claude or openai, or ANTHROPIC_API_KEY set); the offline extractor cannot."
+    )
+
 # The extraction worker's processes are restarted after this many messages each (plus up to a
 # tenth more, at random): a backstop against memory a long-lived process gathers. 0: never.
 ENGRAM_WORKER_MAX_TASKS = env_int("ENGRAM_WORKER_MAX_TASKS", 2_000, minimum=0)

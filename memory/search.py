@@ -2,24 +2,27 @@
 
 An entry point parses its input, builds the memories it may search through memory.queries (the
 API's filters, a dashboard's scope; a lazy queryset), analyses the query text for them with
-prepare() before it opens its transaction (a hosted embedder is an HTTP call), and calls search()
-inside its tenant context. The ranking, and the choice between an exact scan and the HNSW index,
-are memory.retrieval.search's alone. May import memory.queries, memory.retrieval, memory.graph
-(its value types), memory.models, memory.text and tenants.
+prepare() before it opens its transaction (a hosted embedder is an HTTP call), calls search()
+inside its tenant context, and, when `rerank` was asked, reranked() after that transaction (a
+reranker is an HTTP call too). The ranking, and the choice between an exact scan and the HNSW
+index, are memory.retrieval.search's alone. May import memory.queries, memory.retrieval,
+memory.graph (its value types), memory.models, memory.text, memory.rerank and tenants.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import DataError
 
 from config.exceptions import switching_embeddings
-from memory import graph, queries
+from memory import graph, queries, rerank
 from memory.models import MemoryQuerySet
 from memory.retrieval.search import ScoredMemory, hybrid_search, pinned_scope
 from memory.text.embeddings import active_space, in_process
@@ -44,6 +47,18 @@ class Found:
     relations: list[graph.Relation] | None = None
     # The best score of any memory considered, returned or not (None: the scope had none).
     best: float | None = None
+    # Whether the hits are in a reranker's order: None when rerank was not asked, False when it
+    # was and they keep the fused order (no reranker configured, or it failed).
+    reranked: bool | None = None
+    # Each reranked hit's relevance by the reranker (those it ranked).
+    rerank_relevance: dict[uuid.UUID, float] = field(default_factory=dict)
+    # Rerank asked and not yet done: `hits` are the candidates, cut to top_k by reranked().
+    top_k: int | None = None
+
+    @property
+    def returned(self) -> int:
+        """How many results the answer has (the hits, once cut to top_k)."""
+        return len(self.hits) if self.top_k is None else min(self.top_k, len(self.hits))
 
     @property
     def nothing_relevant(self) -> bool:
@@ -116,14 +131,21 @@ def search(
     threshold: float = DEFAULT_THRESHOLD,
     linked: bool = False,
     relations_of: dict[str, Any] | None = None,
+    rerank_asked: bool = False,
 ) -> Found:
     """The best `top_k` of `memories` (the project's, already filtered) for `query`, best first.
 
     `linked` adds each hit's lineage (Mem0's linked_memory_ids: asked with latest_only=false);
     `relations_of`, a filter the graph reads (the search's own, with its scope ids), adds the
-    graph relations (enable_graph). Runs in the caller's tenant context."""
+    graph relations (enable_graph). Runs in the caller's tenant context.
+
+    `rerank_asked` with a reranker configured finds the best max(top_k, ENGRAM_RERANK_TOP_N),
+    so that a small top_k still has the reranker see its candidates: the caller passes the
+    answer to reranked() once its transaction is closed, which cuts it to top_k."""
     query = own_names(project_id, memories, query)
-    hits = hybrid_search(memories, query, top_k=top_k, threshold=threshold)
+    pending = rerank_asked and rerank.configured()
+    fetched = max(top_k, settings.ENGRAM_RERANK_TOP_N) if pending else top_k
+    hits = hybrid_search(memories, query, top_k=fetched, threshold=threshold)
     ids = [hit.memory.id for hit in hits]
     return Found(
         list(hits),
@@ -132,4 +154,47 @@ def search(
         if relations_of is not None
         else None,
         hits.best,
+        reranked=False if rerank_asked else None,
+        top_k=top_k if pending else None,
     )
+
+
+def reranked(found: Found, text: str) -> Found:
+    """`found` with its best ENGRAM_RERANK_TOP_N hits in the reranker's order for the query
+    `text` (memory.rerank; the rest follow in the fused order), cut to top_k; in the fused order
+    when the reranker failed (`reranked` False). Outside any transaction.
+
+    The scores and the threshold are the fused ones still: the reranker reorders what passed,
+    it does not change what passes. The relations are those of the hits kept (by their new
+    rank), then those the query's entities touch."""
+    if found.top_k is None:
+        return found
+    head = found.hits[: settings.ENGRAM_RERANK_TOP_N]
+    order = rerank.rerank(text, [hit.memory.text for hit in head])
+    if order is None:
+        hits = found.hits[: found.top_k]
+        return dataclasses.replace(found, hits=hits, relations=_kept(found, hits), top_k=None)
+    ordered = [head[i] for i in order.order] + found.hits[len(head) :]
+    hits = ordered[: found.top_k]
+    relevance = {head[i].memory.id: score for i, score in order.relevance.items()}
+    return dataclasses.replace(
+        found,
+        hits=hits,
+        relations=_kept(found, hits),
+        reranked=True,
+        rerank_relevance=relevance,
+        top_k=None,
+    )
+
+
+def _kept(found: Found, hits: list[ScoredMemory]) -> list[graph.Relation] | None:
+    """The relations of `found` for the `hits` kept of its candidates: those asserted by a kept
+    hit, by the rank of its best one, then those asserted by no candidate (the query's
+    entities'), in their order; those of the candidates cut are left out."""
+    if found.relations is None:
+        return None
+    rank = {str(hit.memory.id): n for n, hit in enumerate(hits)}
+    candidates = {str(hit.memory.id) for hit in found.hits}
+    kept = [r for r in found.relations if any(m in rank for m in r.memory_ids)]
+    kept.sort(key=lambda r: min(rank[m] for m in r.memory_ids if m in rank))
+    return kept + [r for r in found.relations if not candidates.intersection(r.memory_ids)]

@@ -86,6 +86,12 @@ class ScoreBreakdownSerializer(Closed):
         "facts about no one), beyond 0.3. Below 0, the question is likely about something the "
         "scope never mentions, and every score is lowered."
     )
+    rerank = serializers.FloatField(
+        required=False,
+        help_text="Only with rerank true, for a result the reranker ranked: its relevance by "
+        "the reranker (a service's own scale; the judge's in [0, 1]). The results are then in "
+        "the reranker's order; `score` stays the fused one (docs/rerank.md).",
+    )
 
 
 class ScoredMemorySerializer(MemorySerializer):
@@ -110,6 +116,12 @@ class SearchVerdictSerializer(Closed):
         allow_null=True,
         help_text="Only with nothing_relevant true: the best score any memory considered had "
         "(below the threshold); null when the scope holds no memory.",
+    )
+    reranked = serializers.BooleanField(
+        required=False,
+        help_text="Only with rerank true: whether the results are in the reranker's order. "
+        "False: they keep the fused order (no reranker configured, or it was slow, down or "
+        "answered something unusable).",
     )
 
 
@@ -623,6 +635,15 @@ SEARCH_HEADERS = [
         response=[200],
         description="The best score any memory considered had, returned or not (rounded as "
         "`score`); absent when the scope holds no memory.",
+    ),
+    OpenApiParameter(
+        "Engram-Reranked",
+        {"type": "string", "enum": ["true", "false"]},
+        OpenApiParameter.HEADER,
+        response=[200],
+        required=True,
+        description="Whether the results are in the reranker's order: true only when rerank "
+        "was asked and done (the body's reranked).",
     ),
 ]
 SEARCH_V3 = PolymorphicProxySerializer(

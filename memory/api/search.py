@@ -8,6 +8,11 @@ keyword_search are accepted and change nothing (engram never merges; keywords al
 An answer with no result says whether that is because nothing is about the query: an object
 carries `nothing_relevant` (and then `best_score`), and every answer, the bare list too, the
 headers Engram-Nothing-Relevant and Engram-Best-Score.
+
+rerank=true has the configured reranker reorder the best candidates (memory.rerank), after the
+tenant transaction has closed: an object then says `reranked` (false: the fused order, no
+reranker configured or it failed), and each reranked result's score_breakdown its `rerank`
+relevance (docs/rerank.md). Every answer has the header Engram-Reranked (true only then).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import matching, project_id, tenant
 from memory.api.graph import search_relations as graph_relations
+from memory.retrieval.search import ScoredMemory
 
 
 def search(request: Request, *, envelope: bool) -> Response:
@@ -48,11 +54,13 @@ def search(request: Request, *, envelope: bool) -> Response:
                 # default search (latest only) is on every LLM call's path and skips this query.
                 linked=not data.get("latest_only", True),
                 relations_of=s.merged_filters(data) if data["enable_graph"] else None,
+                rerank_asked=data["rerank"],
             )
-            note_access(request, result_count=len(found.hits))
+            note_access(request, result_count=found.returned)
         return found
 
-    found = searching.following_a_switch(attempt)
+    # The reranker is an HTTP call: after the transaction, never inside it.
+    found = searching.reranked(searching.following_a_switch(attempt), data["query"])
     return answer(found, items(found), envelope=envelope, output_format=data.get("output_format"))
 
 
@@ -62,17 +70,25 @@ def items(found: searching.Found) -> list[dict[str, Any]]:
         {
             **s.memory_data(hit.memory, found.linked.get(hit.memory.id)),
             "score": round(hit.score.score, 6),
-            "score_breakdown": {
-                "semantic": round(hit.score.semantic, 6),
-                "bm25": round(hit.score.bm25, 6),
-                "entity": round(hit.score.entity, 6),
-                "relevance": round(hit.score.relevance, 6),
-                "distinctiveness": round(hit.score.distinctiveness, 6),
-                "answer_gap": round(hit.score.answer_gap, 6),
-            },
+            "score_breakdown": breakdown(found, hit),
         }
         for hit in found.hits
     ]
+
+
+def breakdown(found: searching.Found, hit: ScoredMemory) -> dict[str, float]:
+    """The signals behind a result's score, and the reranker's relevance when it ranked it."""
+    signals = {
+        "semantic": round(hit.score.semantic, 6),
+        "bm25": round(hit.score.bm25, 6),
+        "entity": round(hit.score.entity, 6),
+        "relevance": round(hit.score.relevance, 6),
+        "distinctiveness": round(hit.score.distinctiveness, 6),
+        "answer_gap": round(hit.score.answer_gap, 6),
+    }
+    if hit.memory.id in found.rerank_relevance:
+        signals["rerank"] = round(found.rerank_relevance[hit.memory.id], 6)
+    return signals
 
 
 def answer(

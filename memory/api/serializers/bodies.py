@@ -49,23 +49,28 @@ def memory_data(memory: Memory, linked: Sequence[uuid.UUID] | None = None) -> di
 def search_verdict(found: Found) -> dict[str, Any]:
     """Whether nothing passed the threshold (`nothing_relevant`) and, when so, how near the
     search came (`best_score`: the best score of any memory considered, rounded as `score`;
-    None when the scope holds no memory). Mem0's clients ignore keys they do not know."""
+    None when the scope holds no memory); with rerank asked, whether the results are in the
+    reranker's order (`reranked`). Mem0's clients ignore keys they do not know."""
+    reranked = {} if found.reranked is None else {"reranked": found.reranked}
     if not found.nothing_relevant:
-        return {"nothing_relevant": False}
+        return {"nothing_relevant": False, **reranked}
     best = None if found.best is None else round(found.best, 6)
-    return {"nothing_relevant": True, "best_score": best}
+    return {"nothing_relevant": True, "best_score": best, **reranked}
 
 
 # The response headers that say the same on every search answer: a bare list (v1 and v2
 # without output_format "v1.1") has nowhere else to say it.
 NOTHING_RELEVANT_HEADER = "Engram-Nothing-Relevant"
 BEST_SCORE_HEADER = "Engram-Best-Score"
+RERANKED_HEADER = "Engram-Reranked"
 
 
 def search_headers(found: Found) -> dict[str, str]:
     """`Engram-Nothing-Relevant: true|false` and `Engram-Best-Score` (the best score of any
-    memory considered, passed or not; absent when the scope holds no memory)."""
+    memory considered, passed or not; absent when the scope holds no memory), and
+    `Engram-Reranked: true|false` (true only when asked and done)."""
     headers = {NOTHING_RELEVANT_HEADER: "true" if found.nothing_relevant else "false"}
     if found.best is not None:
         headers[BEST_SCORE_HEADER] = str(round(found.best, 6))
+    headers[RERANKED_HEADER] = "true" if found.reranked else "false"
     return headers

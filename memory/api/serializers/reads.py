@@ -68,7 +68,14 @@ class SearchSerializer(ReadFlagsMixin, FilteredMixin):
     threshold = serializers.FloatField(
         required=False, default=DEFAULT_THRESHOLD, min_value=0, max_value=1
     )
-    rerank = serializers.BooleanField(required=False, default=False)
+    rerank = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Have the deployment's reranker (ENGRAM_RERANK: a reranker service, or the "
+        "extraction model as a judge) reorder the best ENGRAM_RERANK_TOP_N results, then cut "
+        "to top_k; the answer says whether it did (`reranked`, header Engram-Reranked). "
+        "No reranker configured, or one that fails: the fused order. docs/rerank.md.",
+    )
     categories = serializers.ListField(
         child=serializers.CharField(max_length=SCOPE_MAX_LENGTH), required=False, max_length=100
     )
