@@ -9,7 +9,9 @@ around; every way it can fail leaves the fused order, and the answer says which 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -17,8 +19,10 @@ from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from memory.graph import Relation
 from memory.models import Memory
 from memory.rerank import RerankError, endpoint_ranking, judge_ranking, permutation
+from memory.search import Found, _kept
 from tenants.actions import NewApiKey
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -344,3 +348,18 @@ def test_a_reply_that_cannot_be_read_is_refused(reply: Any) -> None:
 def test_the_judges_relevance_is_clamped() -> None:
     data = {"ranking": [{"id": 0, "relevance": 7}, {"id": 1, "relevance": "?"}, "x"]}
     assert judge_ranking(data, 2) == [(0, 1.0), (1, 0.0)]
+
+
+def test_the_relations_follow_the_hits_kept() -> None:
+    hits = [SimpleNamespace(memory=SimpleNamespace(id=uuid.uuid4())) for _ in range(3)]
+    a, b, c = (str(h.memory.id) for h in hits)
+    of = {name: relation(n, ids) for n, (name, ids) in enumerate(
+        {"a": [a], "b": [b], "c": [c], "bc": [c, b], "query's": [str(uuid.uuid4())]}.items()
+    )}  # fmt: skip
+    found = Found(hits, relations=list(of.values()), top_k=2)  # type: ignore[arg-type]
+    kept = [hits[2], hits[1]]  # reranked: c, then b; a cut
+    assert _kept(found, kept) == [of["c"], of["bc"], of["b"], of["query's"]]  # type: ignore[arg-type]
+
+
+def relation(id: int, memory_ids: list[str]) -> Relation:
+    return Relation(id, "alice", "knows", "bob", True, "", None, memory_ids, None, {}, 1, 2)
