@@ -253,7 +253,14 @@ class GraphApiTestCase(BaseTestCase):
             body = {"query": "alice", "filters": filters, "enable_graph": True}
             searched = self.call("post", "/v3/memories/search/", body)
             assert searched.status_code == 200, (filters, searched.content)
-            assert searched.json() == {"results": [], "relations": []}, filters
+            # Nothing considered at all: nothing relevant, and no best score to tell.
+            expected = {
+                "results": [],
+                "relations": [],
+                "nothing_relevant": True,
+                "best_score": None,
+            }
+            assert searched.json() == expected, filters
             negated = {"user_id": "alice", "NOT": impossible}
             every = self.listing("filters=" + quote(json.dumps(negated))).json()
             assert every["count"] == 4, negated
@@ -383,10 +390,13 @@ class SearchWithGraphTestCase(BaseTestCase):
 
     def test_without_the_flag_the_shape_is_unchanged(self) -> None:
         body = {"query": "where does alice work?", "filters": {"user_id": "alice"}}
-        assert list(self.search("/v3/memories/search/", body)) == ["results"]
-        assert list(self.search("/v3/memories/search/", {**body, "enable_graph": False})) == [
-            "results"
-        ]
+        # Mem0's shape, and the verdict beside it that Mem0's clients ignore: no relations.
+        for answer in (
+            self.search("/v3/memories/search/", body),
+            self.search("/v3/memories/search/", {**body, "enable_graph": False}),
+        ):
+            assert list(answer) == ["results", "nothing_relevant"]
+            assert answer["nothing_relevant"] is False
         assert isinstance(self.search("/v2/memories/search/", body), list)
         assert isinstance(self.search("/v1/memories/search/", body), list)
 
@@ -399,7 +409,7 @@ class SearchWithGraphTestCase(BaseTestCase):
         }
         for path in ("/v3/memories/search/", "/v2/memories/search/", "/v1/memories/search/"):
             answer = self.search(path, body)
-            assert list(answer) == ["results", "relations"], path
+            assert list(answer) == ["results", "relations", "nothing_relevant"], path
             assert [r["memory"] for r in answer["results"]] == ["I work at Acme in Paris"]
             relations = [
                 (r["source"], r["relationship"], r["destination"]) for r in answer["relations"]
