@@ -14,6 +14,8 @@ Used by the webhook deliveries (webhooks.delivery) and the document fetches of a
 from __future__ import annotations
 
 import contextlib
+import functools
+import ssl
 import time
 import typing
 from collections.abc import Iterator
@@ -110,15 +112,23 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._backend.sleep(seconds)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """The verifying TLS context every deadline client shares, built once per process: loading
+    the CA bundle costs about 8 ms a time, which a search's reranker call would otherwise pay
+    twice (bench/rerank.py). An SSLContext is safe to share between threads."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 class _DeadlineTransport(httpx.HTTPTransport):
     """httpx's own transport (TLS verified, HTTP/1.1, no retries) on the deadline's backend."""
 
     def __init__(self, clock: _Deadline) -> None:
-        super().__init__(trust_env=False)
+        super().__init__(verify=_ssl_context(), trust_env=False)
         # httpx builds its pool without a way to name the network backend; the same pool,
         # with ours (httpx is pinned: tests/config/test_outbound.py holds this to a receiver).
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
+            ssl_context=_ssl_context(),
             max_connections=1,
             network_backend=_DeadlineBackend(clock),
         )
