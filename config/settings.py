@@ -417,8 +417,8 @@ ENGRAM_EVENT_RETENTION_DAYS = env_int("ENGRAM_EVENT_RETENTION_DAYS", 90, minimum
 # Search's entity signal is tuned by constants beside the code, no longer by settings.
 if env_str("ENGRAM_SEARCH_ENTITY_WEIGHT", ""):
     raise ImproperlyConfigured(
-        "ENGRAM_SEARCH_ENTITY_WEIGHT was removed: the entity signal's weight is now a constant, "
-        "ENTITY_WEIGHT in memory/retrieval/scoring.py (0.5). Unset it."
+        "ENGRAM_SEARCH_ENTITY_WEIGHT was removed: the entity signal's weight is now fitted "
+        "from labelled data, in memory/retrieval/rankers/ (bench/fit_ranker.py). Unset it."
     )
 if env_str("ENGRAM_SEARCH_ENTITY_SIMILARITY", ""):
     raise ImproperlyConfigured(

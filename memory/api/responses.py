@@ -70,11 +70,16 @@ class MemorySerializer(Closed):
 
 class ScoreBreakdownSerializer(Closed):
     semantic = serializers.FloatField(help_text="Cosine similarity to the query, clamped at 0.")
-    bm25 = serializers.FloatField(help_text="Keyword rank (BM25), bounded: rank / (rank + 1).")
-    entity = serializers.FloatField(help_text="Entities the query names, weighed by rarity.")
+    bm25 = serializers.FloatField(
+        help_text="Keyword rank (BM25), bounded (rank / (rank + 1)) and counted as far as the "
+        "meaning confirms it."
+    )
+    entity = serializers.FloatField(
+        help_text="Entities the query names (or matches by meaning), weighed by rarity."
+    )
     relevance = serializers.FloatField(
-        help_text="The signals fused (a weighted mean, with a share of the best in the same "
-        "conversation); the results are in its order."
+        help_text="The fitted ranker's score of the memory's features (these signals, the "
+        "best of its conversation's others, the time window); the results are in its order."
     )
     distinctiveness = serializers.FloatField(
         help_text="The query's, the same for every result: how far the scope's closest memory "
@@ -86,6 +91,10 @@ class ScoreBreakdownSerializer(Closed):
         "facts about no one), beyond 0.3. Below 0, the question is likely about something the "
         "scope never mentions, and every score is lowered."
     )
+    ranker = serializers.CharField(
+        help_text="The fitted ranker and calibrator that scored it: the embedding model whose "
+        "file it is and the file's digest (memory/retrieval/rankers/, docs/search.md)."
+    )
     rerank = serializers.FloatField(
         required=False,
         help_text="Only with rerank true, for a result the reranker ranked: its relevance by "
@@ -96,10 +105,10 @@ class ScoreBreakdownSerializer(Closed):
 
 class ScoredMemorySerializer(MemorySerializer):
     score = serializers.FloatField(
-        help_text="In [0, 1], calibrated on data, the same across queries and scopes: a logistic "
-        "of the relevance, the query's distinctiveness and its answer gap. `threshold` cuts on "
-        "it (default 0.5: nothing is returned when nothing stored is about the query). How "
-        "search works: docs/search.md."
+        help_text="In [0, 1], calibrated on labelled data, the same across queries and scopes: "
+        "a fitted logistic of the relevance, the query's distinctiveness and its answer gap. "
+        "`threshold` cuts on it (default 0.5: nothing is returned when nothing stored is "
+        "about the query). How search works: docs/search.md."
     )
     score_breakdown = ScoreBreakdownSerializer()
 

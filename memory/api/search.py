@@ -76,15 +76,17 @@ def items(found: searching.Found) -> list[dict[str, Any]]:
     ]
 
 
-def breakdown(found: searching.Found, hit: ScoredMemory) -> dict[str, float]:
-    """The signals behind a result's score, and the reranker's relevance when it ranked it."""
-    signals = {
+def breakdown(found: searching.Found, hit: ScoredMemory) -> dict[str, float | str]:
+    """The signals behind a result's score, the fitted ranker that scored it, and the
+    reranker's relevance when it ranked it."""
+    signals: dict[str, float | str] = {
         "semantic": round(hit.score.semantic, 6),
         "bm25": round(hit.score.bm25, 6),
         "entity": round(hit.score.entity, 6),
         "relevance": round(hit.score.relevance, 6),
         "distinctiveness": round(hit.score.distinctiveness, 6),
         "answer_gap": round(hit.score.answer_gap, 6),
+        "ranker": hit.score.ranker,
     }
     if hit.memory.id in found.rerank_relevance:
         signals["rerank"] = round(found.rerank_relevance[hit.memory.id], 6)

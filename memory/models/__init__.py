@@ -139,9 +139,10 @@ class Memory(Scoped):
 
     # The stored conversation a raw message (infer=false) belongs to: its add request's id, or
     # the conversation of the scope's message just before (or after) it in time when that one is
-    # within ENGRAM_CONVERSATION_GAP_SECONDS; null for extracted memories. Search shares a strong
-    # hit's score with the rest of its conversation (retrieval.scoring.EVENT_PRIOR), whether the
-    # application added the conversation at once or turn by turn.
+    # within ENGRAM_CONVERSATION_GAP_SECONDS; null for extracted memories. Search counts the best
+    # signals of the rest of a memory's conversation among its features (retrieval.scoring:
+    # conversation_semantic, conversation_keyword), whether the application added the
+    # conversation at once or turn by turn.
     conversation_id = models.UUIDField(null=True, blank=True, editable=False)
     # Insertion order, which orders the messages stored with the same timestamp.
     seq = models.BigIntegerField(

@@ -1,152 +1,98 @@
-"""Fusion of the search signals into one score in [0, 1]. Pure functions, no database.
+"""From the search signals to one score in (0, 1): features, a fitted ranker and a fitted
+calibrator. Pure functions, no database.
 
-Each candidate arrives with its cosine similarity to the query (semantic) and its keyword score
-(0 when no query word matched): BM25 over the scope being searched, divided by the sum of the
-query words' IDF (so in [0, BM25_K1 + 1], comparable across queries). Its term frequencies count
-a memory's own words fully and its neighbouring messages' words at TERM_WEIGHTS; a word's IDF
-comes from how many of the scope's memories have it, so the speaker's name on every turn counts
-little and a rare word a lot. Neither signal is stretched over the candidate set: the semantic
-signal is the cosine itself (clamped at 0), the keyword signal is bounded as
-score / (score + KEYWORD_HALF) and counts fully only in a memory at least KEYWORD_CONFIRM close to
-the query in meaning (a long memory less), in proportion below (confirmed()). They are combined
-as a weighted sum over the sum of fixed weights, the keyword's weight lowered in a short memory
-(keyword_share(), by embedding model). Candidates from the same conversation as a strong hit get
-a share of its score ("event prior", the hit's keyword at its full weight): the turns around a
-relevant turn are often relevant too. That is a memory's relevance.
+Each candidate arrives with its signals (Signals): its cosine similarity to the query, its
+keyword score (BM25 over the scope being searched, divided by the sum of the query words' IDF: in
+[0, BM25_K1 + 1], comparable across queries; 0 when no query word matched), the query's entity
+names it is linked to, its conversation, whether its event time is in the window the query names,
+its length. features() turns them into FEATURES, each a plain function of the signals: the
+cosine; the keyword bounded and counted as far as the meaning confirms it (confirmed()), and that
+again in a long memory; the entities the query names and those matched by meaning, by rarity;
+the best cosine and keyword of the other memories of the same conversation (the turns around a
+relevant turn are often relevant too); whether it is outside the query's time window while
+others are inside. query_features() adds what the candidates say together: how far the closest
+stands out from the rest (distinctiveness()), and how far it falls short of an everyday fact
+about no one (answer_gap(): memory.text.reference).
 
-The score a caller sees, and the one `threshold` cuts on, calibrates it (calibrated()): a
-logistic of the relevance plus the query's distinctiveness in the scope, how far the scope's
-closest memory in meaning stands out from the next DISTINCTIVE_POOL - 1 (its cosine less their
-mean). Long conversations share their topics and words from turn to turn, so a question asked of
-the wrong conversation still finds memories of some relevance; what it does not find is one that
-stands out. Less its answer gap: how far the scope's closest memory falls short of the closest
-of the reference facts (memory.text.reference, everyday facts about no one), beyond
-ANSWER_MARGIN, times ANSWER_GAP_WEIGHT. A question about something the scope never mentions
-("What is Dana's blood type?") finds a reference fact far closer than anything in the scope; a
-question the scope answers finds its answer about as close as that fact (on the three sets,
-within ANSWER_MARGIN for all but a few: docs/benchmarks.md). The other constants were fitted on
-the three benchmark sets together (bench/locomo.py and bench/longmemeval.py --calibration,
-bench/assistant.py: the best result of questions the scope answers against that of questions it
-does not, each set weighing the same), and SCORE_MIDPOINT
-placed so that the default threshold, 0.5, keeps at least 95 % of the evidence the top 10 holds
-at threshold 0 on each (docs/benchmarks.md has the figures). The fit's steepness (29) is lowered
-to SCORE_STEEPNESS so that the scores spread over the range where a threshold is worth choosing
-(0.05 to 0.95: relevance + DISTINCTIVE_WEIGHT * distinctiveness 0.3 either side of the midpoint)
-instead of crowding at 0 and 1; it moves no cut at 0.5. Within one query the score
-follows the relevance, so the order is the relevance's; across queries and scopes the same score
-means the same, and a fixed threshold tells a related memory from an unrelated one.
+How they combine is fitted, not chosen: bench/fit_ranker.py fits, from labelled searches
+recorded on the benchmark sets (bench/record.py, bench/judging.py), two logistic regressions per
+embedding model and writes their coefficients to memory/retrieval/rankers/<model>.json, read
+once per process (ranker_for()) and named in every score (Score.ranker):
 
-Temporal intent: when the query names a time window (memory.text.temporal: "last week",
-"in May 2023", relative to the request's reference date) and some candidates' event times fall in
-it, the others' fused relevance is multiplied by OUT_OF_WINDOW (a boost of the window, not a
-filter: a query's words may name a time loosely).
+  - the ranker, on pairs of one search's candidates, one relevant and one not (a linear
+    RankNet): a candidate's `relevance` is the weighted sum of its features, and the results are
+    in its order;
+  - the calibrator, telling the evidence among each search's best candidates from the best
+    candidate of a question nothing in the scope answers: the chance a memory is what the
+    question is about, from its relevance and the query's two features. Its intercept is then
+    placed by the threshold's rule: the default threshold, 0.5, keeps at least KEEP of the
+    evidence the top 10 holds at threshold 0 on every set the fit saw.
 
-The entity signal: each candidate arrives with the query's entity names it is linked to. A name
-counts by its rarity among the n candidates, log(1 + n / linked) / log(1 + n): 1 for a name only
-one candidate carries, little for a name most carry (the speaker of a whole conversation tells
-nothing apart). A candidate's signal is the mean over the query's names that any candidate carries,
-so in [0, 1]; weighted by ENTITY_WEIGHT (fuse()'s entity_weight: at 0 the scores are exactly those
-without it). A name matched by meaning rather than by name (the query says "cities", the scope
-knows "rome") counts SIMILAR_NAME_WEIGHT of a named one: on LoCoMo (bench/locomo.py) it adds recall
-on multi-hop and open-domain questions, and at full weight it costs precision (the best result is
-less often an evidence turn).
+The score a caller sees and `threshold` cuts on is the calibrator's; it rises with the relevance
+(the fit checks it), so within a query the order is the ranker's, and across queries and scopes
+the same score means the same. A model with no file of its own is scored with the bundled model's
+(DEFAULT_RANKER), and its scores say so (`ranker`). docs/search.md explains it for a newcomer;
+docs/benchmarks.md has the fit's figures, each on a set it did not see.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
-KEYWORD_WEIGHT = 1.0
-SEMANTIC_WEIGHT = 0.5
-# The entity signal's weight (memories linked to entities the query names), against those two.
-ENTITY_WEIGHT = 0.5
-EVENT_PRIOR = 0.3
-# With temporal intent ("last week", "in May 2023"), the fused relevance of a memory whose event
-# time falls outside the window is multiplied by this (if any candidate falls inside).
-OUT_OF_WINDOW = 0.75
-# The keyword score that bounds to 0.5: a memory with the query's every word once in its own text
-# scores about 1 (BM25_K1 + 1 at most), one with its rarer half about 0.5.
+# What a feature is (how much it counts is the fit's): these are definitions, not weights.
+# The keyword score that bounds to 0.5 (a memory with the query's every word once scores about 1).
 KEYWORD_HALF = 1.0
-# A keyword match counts fully in a memory at least KEYWORD_CONFIRM close to the query in meaning
-# (cosine), in proportion below: a word shared by chance is not confirmed by the meaning. "How old
-# is Ahmet?" shares "old" with "I drive an old Fiat." (cosine 0.10), not with "I turned 45 last
-# March." (0.36); "Where does Dana live?" shares "live" with her sister's city. A word the query is
-# about is: a rare name or code alone as the query has cosine 0.4-0.55 with a short memory holding
-# it. A memory longer than CONFIRM_WORDS words says other things too, which lowers its cosine with
-# any one question: its bar is lowered in proportion (a fact in passing in a long message, "by the
-# way, I met Emma ...", keeps its keyword). Chosen on the benchmark sets (docs/benchmarks.md:
-# 0.25-0.4 and 12-30 words rank alike on LoCoMo and LongMemEval; without the length, LongMemEval's
-# long turns lose evidence).
+# A keyword counts as confirmed in a memory at least KEYWORD_CONFIRM close to the query in
+# meaning (cosine), in proportion below; a memory longer than CONFIRM_WORDS words says other
+# things too, which lowers its cosine with any one question: its bar is lowered in proportion.
 KEYWORD_CONFIRM = 0.3
 CONFIRM_WORDS = 20
-# The keyword signal's weight by the memory's length: SHORT_KEYWORD_SHARE of KEYWORD_WEIGHT in a
-# memory of CONFIRM_WORDS words or fewer, rising in proportion to all of it at LONG_WORDS words
-# (keyword_share()). A short memory says one thing, which its vector holds: a word it shares
-# with the question ("live" in "My sister lives in Denver." for "Where does the user live?")
-# should not outweigh how close it is in meaning. A long one says many things and its vector
-# averages them, so the question's rare word in it tells more than the distance. The weights
-# are not renormalised: a short memory's relevance counts its keyword for less. On all four
-# sets together (docs/benchmarks.md, "Both readings of a question, and the keyword's weight by
-# length"), for all-MiniLM-L6-v2: a share of 0.5 ranked every set better; 0.4 ranked LoCoMo and
-# LongMemEval worse than 0.5; a long length of 60-80 words ranked alike, 120 lost LongMemEval's
-# MRR. Another model may want another share (SHORT_KEYWORD_SHARES).
-SHORT_KEYWORD_SHARE = 0.5
+# A memory's "longness", 0 at CONFIRM_WORDS words or fewer rising to 1 at LONG_WORDS.
 LONG_WORDS = 80
-# BM25's term-frequency saturation and length normalisation (the usual values; LoCoMo recall@10
-# moved by under 0.003 over k1 0.9-1.5, b 0.5-0.75). The length of a memory is its number of
-# distinct words (with its neighbours'), against the scope's mean.
+# BM25's term-frequency saturation and length normalisation (the usual values).
 BM25_K1 = 1.2
 BM25_B = 0.75
 # Term frequency: an occurrence in the memory's own text counts 1, in the previous message 0.5,
-# in the next one 0.25 (the tsvector's weights A, B, C; D unused); further occurrences add less
-# (Postgres' ts_rank of the one word: memory.retrieval.search.RANK_SCALE).
+# in the next one 0.25 (the tsvector's weights A, B, C; D unused).
 TERM_WEIGHTS = {"A": 1.0, "B": 0.5, "C": 0.25, "D": 0.1}
-# How much an entity name matched by meaning counts against one the query names.
-SIMILAR_NAME_WEIGHT = 0.3
-# The calibrated score: 1 / (1 + exp(-SCORE_STEEPNESS * (relevance + DISTINCTIVE_WEIGHT *
-# distinctiveness - SCORE_MIDPOINT))); the distinctiveness is measured over the candidates'
-# DISTINCTIVE_POOL best cosines (see above).
-SCORE_STEEPNESS = 10.0
-DISTINCTIVE_WEIGHT = 0.83
-SCORE_MIDPOINT = 0.175
+# Distinctiveness: the closest cosine less the mean of the next DISTINCTIVE_POOL - 1, the missing
+# ones (a scope of three memories) counted at BACKGROUND, the cosine a question typically has
+# with memories not about it (the bundled MiniLM: a median of 0.07 on the assistant sets).
 DISTINCTIVE_POOL = 30
-# The cosine a question typically has with the memories of a scope that are not about it (the
-# bundled MiniLM: the median on bench/assistant.py's scopes is 0.07); a scope with fewer than
-# DISTINCTIVE_POOL candidates has its missing ones counted at this, so that in a scope of three
-# memories a weak best does not stand out from nothing.
 BACKGROUND = 0.1
-# The answer gap: the scope's closest cosine less the reference facts' closest, when below
-# -ANSWER_MARGIN, counts ANSWER_GAP_WEIGHT times against the score. The margin is the widest
-# gap at which the default threshold still keeps the evidence it kept without it on LoCoMo and
-# the assistant set (bench/locomo.py, bench/assistant.py; bench/longmemeval.py: 99 of 100
-# questions); the weight, past 3, changes little.
+# The answer gap's hinge: the closest cosine less the reference facts' closest, beyond this
+# margin (a question the scope answers finds its answer about as close as an everyday fact).
 ANSWER_MARGIN = 0.3
-ANSWER_GAP_WEIGHT = 5.0
+# The threshold's rule: at the default threshold the fit keeps at least this share of the
+# evidence the top 10 holds at threshold 0, on each set it saw.
+KEEP = 0.95
 
+RANKERS = Path(__file__).resolve().parent / "rankers"
+DEFAULT_RANKER = "local:all-MiniLM-L6-v2"
 
-# The midpoint by embedding model (memory.text.embeddings.Space.name), placed by the same rule
-# for that model's cosines; a model not here (a hosted one) gets all-MiniLM-L6-v2's,
-# SCORE_MIDPOINT. all-mpnet-base-v2's scores stand further apart: at its own midpoint it keeps the
-# evidence by the rule and returns nothing for more questions about something never said
-# (docs/benchmarks.md, "Both readings of a question, and the keyword's weight by length").
-MIDPOINTS = {"local:all-mpnet-base-v2": 0.22}
-# The keyword's share in a short memory by embedding model, else SHORT_KEYWORD_SHARE. For
-# all-mpnet-base-v2 any lower share (0.5, 0.75) ranked the assistant sets better and cost
-# LongMemEval's MRR (0.745 -> 0.722-0.723): its short memories keep the full keyword weight. Its
-# other constants are MiniLM's.
-SHORT_KEYWORD_SHARES = {"local:all-mpnet-base-v2": 1.0}
-
-
-def midpoint_for(model: str) -> float:
-    return MIDPOINTS.get(model, SCORE_MIDPOINT)
-
-
-def short_keyword_share_for(model: str) -> float:
-    return SHORT_KEYWORD_SHARES.get(model, SHORT_KEYWORD_SHARE)
+FEATURES = (
+    "semantic",  # the cosine, clamped at 0
+    "keyword",  # the keyword score bounded into [0, 1), as far as the meaning confirms it
+    "keyword_long",  # the same in a long memory (times its longness())
+    "entity",  # the query's names the memory is linked to, by rarity
+    "entity_similar",  # names matched by meaning rather than by name, by rarity
+    "conversation_semantic",  # the best cosine of the other memories of its conversation
+    "conversation_keyword",  # the best keyword of the other memories of its conversation
+    "out_of_window",  # 1: the query names a window, others fall in it, this one does not
+)
+CALIBRATION = (
+    "relevance",  # the ranker's score
+    "distinctiveness",  # how far the query's closest memory stands out (distinctiveness())
+    "answer_gap",  # how far it falls short of the closest reference fact (answer_gap())
+)
 
 
 @dataclass(frozen=True)
@@ -167,9 +113,50 @@ class Score:
     bm25: float
     entity: float = 0.0
     temporal: float = 0.0  # 1 when the memory's event time is in the window the query names
-    relevance: float = 0.0  # the fused signals
+    relevance: float = 0.0  # the ranker's score
     distinctiveness: float = 0.0  # the query's, in the scope (the same for every candidate)
     answer_gap: float = 0.0  # the query's, in the scope (<= 0; the same for every candidate)
+    ranker: str = ""  # the fitted file that scored it (Ranker.name)
+
+
+@dataclass(frozen=True)
+class Ranker:
+    """A fitted ranker and calibrator (bench/fit_ranker.py): one weight per feature."""
+
+    name: str  # the model and the file's digest: "<model>@<sha256[:12]>"
+    ranker: tuple[float, ...]  # per FEATURES
+    calibrator: tuple[float, ...]  # per CALIBRATION
+    intercept: float
+
+    @classmethod
+    def from_json(cls, text: str, model: str) -> Ranker:
+        data = json.loads(text)
+        if tuple(data["features"]) != FEATURES or tuple(data["calibration"]) != CALIBRATION:
+            raise ValueError(
+                f"the ranker for {model} was fitted on other features; fit it again "
+                "(bench/fit_ranker.py)"
+            )
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        return cls(
+            name=f"{data['model']}@{digest}",
+            ranker=tuple(float(w) for w in data["ranker"]),
+            calibrator=tuple(float(w) for w in data["calibrator"]),
+            intercept=float(data["intercept"]),
+        )
+
+
+def ranker_file(model: str) -> Path:
+    """Where the fitted ranker of embedding model `model` (Space.name) is kept."""
+    return RANKERS / (model.replace(":", "-").replace("/", "-") + ".json")
+
+
+@cache
+def ranker_for(model: str) -> Ranker:
+    """The fitted ranker of `model`, else the bundled model's; read once per process."""
+    path = ranker_file(model)
+    if not path.exists():
+        path = ranker_file(DEFAULT_RANKER)
+    return Ranker.from_json(path.read_text(), model)
 
 
 def distinctiveness(semantic: Sequence[float]) -> float:
@@ -191,124 +178,142 @@ def answer_gap(semantic: Sequence[float], typical: float | None) -> float:
     return min(0.0, closest - typical + ANSWER_MARGIN)
 
 
-def calibrated(
-    relevance: float, distinct: float, gap: float = 0.0, midpoint: float = SCORE_MIDPOINT
-) -> float:
-    """The score of a memory of this relevance for a query of this distinctiveness and answer
-    gap, in (0, 1)."""
-    x = SCORE_STEEPNESS * (
-        relevance + DISTINCTIVE_WEIGHT * distinct + ANSWER_GAP_WEIGHT * gap - midpoint
-    )
-    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, x))))
-
-
 def bounded_keyword(rank: float) -> float:
     """A keyword score (>= 0) mapped into [0, 1), increasing."""
     return rank / (rank + KEYWORD_HALF) if rank > 0 else 0.0
 
 
 def confirmed(keyword: float, semantic: float, words: int = 0) -> float:
-    """The bounded keyword signal as it counts, in a memory of `words` words (0: unknown, counted
-    as short): in full at a cosine of KEYWORD_CONFIRM or more (less for a long memory), in
-    proportion below (0 for a memory unrelated in meaning)."""
+    """The bounded keyword signal as far as the meaning confirms it, in a memory of `words`
+    words (0: unknown, counted as short): in full at a cosine of KEYWORD_CONFIRM or more (less
+    for a long memory), in proportion below (0 for a memory unrelated in meaning). "How old is
+    Ahmet?" shares "old" with "I drive an old Fiat." (cosine 0.10), not with "I turned 45."."""
     bar = KEYWORD_CONFIRM * min(1.0, CONFIRM_WORDS / max(1, words))
     return keyword * min(1.0, max(0.0, semantic) / bar)
 
 
-def keyword_share(words: int, short: float = SHORT_KEYWORD_SHARE) -> float:
-    """The share of KEYWORD_WEIGHT a memory of `words` words (0: unknown, counted as short)
-    gives its keyword signal, `short` in a short memory (see above)."""
-    if words <= CONFIRM_WORDS:
-        return short
-    longer = min(1.0, (words - CONFIRM_WORDS) / (LONG_WORDS - CONFIRM_WORDS))
-    return short + (1 - short) * longer
+def longness(words: int) -> float:
+    """0 for a memory of CONFIRM_WORDS words or fewer (or unknown), rising to 1 at LONG_WORDS."""
+    return min(1.0, max(0.0, (words - CONFIRM_WORDS) / (LONG_WORDS - CONFIRM_WORDS)))
 
 
-def entity_strengths(
-    candidates: Sequence[Signals], similar: AbstractSet[str] = frozenset()
-) -> list[float]:
-    """Each candidate's entity signal in [0, 1]: its names, weighted by rarity, the `similar`
-    ones (matched by meaning) by SIMILAR_NAME_WEIGHT too (see above)."""
-    linked = Counter(name for c in candidates for name in set(c.entities))
+def entity_strengths(candidates: Sequence[Signals]) -> list[float]:
+    """Each candidate's entity signal in [0, 1]: the mean over the names any candidate carries
+    of the candidate's, each by its rarity among the n candidates, log(1 + n / linked) /
+    log(1 + n): 1 for a name one candidate carries, little for one most carry (the speaker of a
+    whole conversation tells nothing apart)."""
+    return _strengths([frozenset(c.entities) for c in candidates])
+
+
+def _strengths(carried: Sequence[AbstractSet[str]]) -> list[float]:
+    linked = Counter(name for names in carried for name in names)
     if not linked:
-        return [0.0] * len(candidates)
-    total = len(candidates)
+        return [0.0] * len(carried)
+    total = len(carried)
     most = math.log(1 + total)
-
-    def strength(name: str) -> float:
-        rarity = math.log(1 + total / linked[name]) / most
-        return rarity * SIMILAR_NAME_WEIGHT if name in similar else rarity
-
-    return [sum(strength(name) for name in set(c.entities)) / len(linked) for c in candidates]
+    rarity = {name: math.log(1 + total / count) / most for name, count in linked.items()}
+    return [sum(rarity[name] for name in names) / len(linked) for names in carried]
 
 
-def fuse(
-    candidates: Sequence[Signals],
-    *,
-    entity_weight: float = 0.0,
-    similar_names: AbstractSet[str] = frozenset(),
-    typical: float | None = None,
-    midpoint: float = SCORE_MIDPOINT,
-    short_keyword_share: float = SHORT_KEYWORD_SHARE,
-) -> list[Score]:
-    """Return one Score per candidate, in the same order. Each depends on its own signals (and,
-    through the entity rarity and the conversation prior, on the others') and on how far the
-    query's closest memory stands out and on how far it falls short of `typical` (the query's
-    closest reference fact), never on a rescaling of the list: an unrelated query's best scores
-    low."""
-    if not candidates:
-        return []
+def features(
+    candidates: Sequence[Signals], names: AbstractSet[str] = frozenset()
+) -> list[tuple[float, ...]]:
+    """Each candidate's FEATURES, in the candidates' order; `names` are the entity names the
+    query itself says (a candidate's others were matched by meaning)."""
     semantic = [max(0.0, c.semantic) for c in candidates]
     keyword = [
         confirmed(bounded_keyword(c.keyword), s, c.words)
         for c, s in zip(candidates, semantic, strict=True)
     ]
-    entity = (
-        entity_strengths(candidates, similar_names)
-        if entity_weight > 0
-        else [0.0] * len(candidates)
-    )
-    weight = SEMANTIC_WEIGHT + KEYWORD_WEIGHT + max(0.0, entity_weight)
-    # What a memory lends its conversation counts its keyword at the full weight: a word of the
-    # question said in a short turn may not make that turn the answer, but it does say the
-    # conversation was about it.
-    lent = [
-        (SEMANTIC_WEIGHT * s + KEYWORD_WEIGHT * k + entity_weight * e) / weight
-        for s, k, e in zip(semantic, keyword, entity, strict=True)
-    ]
-    base = [
-        (
-            SEMANTIC_WEIGHT * s
-            + KEYWORD_WEIGHT * keyword_share(c.words, short_keyword_share) * k
-            + entity_weight * e
-        )
-        / weight
-        for c, s, k, e in zip(candidates, semantic, keyword, entity, strict=True)
-    ]
-    best_in_group: dict[Hashable, float] = {}
-    for candidate, value in zip(candidates, lent, strict=True):
-        if candidate.group is not None:
-            best_in_group[candidate.group] = max(best_in_group.get(candidate.group, 0.0), value)
-    fused = [
-        (value + EVENT_PRIOR * best_in_group.get(c.group, 0.0) * (c.group is not None))
-        / (1 + EVENT_PRIOR)
-        for c, value in zip(candidates, base, strict=True)
-    ]
-    inside = [bool(c.in_window) for c in candidates]
-    if any(inside):
-        fused = [f if i else f * OUT_OF_WINDOW for f, i in zip(fused, inside, strict=True)]
-    distinct = distinctiveness([c.semantic for c in candidates])
-    gap = answer_gap([c.semantic for c in candidates], typical)
+    carried = [frozenset(c.entities) for c in candidates]
+    named = _strengths([e & names for e in carried])
+    similar = _strengths([e - names for e in carried])
+    around_semantic = around(candidates, semantic)
+    around_keyword = around(candidates, keyword)
+    window = any(c.in_window for c in candidates)
     return [
-        Score(
-            score=calibrated(f, distinct, gap, midpoint),
-            semantic=s,
-            bm25=k,
-            entity=e,
-            temporal=1.0 if i else 0.0,
-            relevance=f,
-            distinctiveness=distinct,
-            answer_gap=gap,
+        (
+            s,
+            k,
+            k * longness(c.words),
+            e,
+            es,
+            around_semantic[i],
+            around_keyword[i],
+            1.0 if window and not c.in_window else 0.0,
         )
-        for f, s, k, e, i in zip(fused, semantic, keyword, entity, inside, strict=True)
+        for i, (c, s, k, e, es) in enumerate(
+            zip(candidates, semantic, keyword, named, similar, strict=True)
+        )
     ]
+
+
+def around(candidates: Sequence[Signals], values: Sequence[float]) -> list[float]:
+    """Each candidate's best value among the other candidates of its conversation (0: none):
+    the turns around a relevant turn are often relevant too."""
+    best: dict[Hashable, list[float]] = {}  # the two best of each conversation
+    for c, v in zip(candidates, values, strict=True):
+        if c.group is not None:
+            top = best.setdefault(c.group, [0.0, 0.0])
+            if v > top[0]:
+                top[:] = [v, top[0]]
+            elif v > top[1]:
+                top[1] = v
+    out = []
+    for c, v in zip(candidates, values, strict=True):
+        if c.group is None:
+            out.append(0.0)
+        else:
+            first, second = best[c.group]
+            out.append(second if v >= first else first)
+    return out
+
+
+def query_features(candidates: Sequence[Signals], typical: float | None) -> tuple[float, float]:
+    """The query's CALIBRATION features after the relevance: its distinctiveness in the scope
+    and its answer gap (`typical`: its closest reference fact's cosine, None unknown)."""
+    semantic = [c.semantic for c in candidates]
+    return (distinctiveness(semantic), answer_gap(semantic, typical))
+
+
+def linear(weights: Sequence[float], values: Sequence[float]) -> float:
+    return math.fsum(w * v for w, v in zip(weights, values, strict=True))
+
+
+def logistic(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, x))))
+
+
+def fuse(
+    candidates: Sequence[Signals],
+    ranker: Ranker,
+    *,
+    names: AbstractSet[str] = frozenset(),
+    typical: float | None = None,
+) -> list[Score]:
+    """One Score per candidate, in the same order: the ranker's relevance of its features, the
+    calibrator's score of that and of the query's features. Each depends on its own signals (and,
+    through the entity rarity, its conversation's others and the query's features, on the
+    others'), never on a rescaling of the list: an unrelated query's best scores low."""
+    if not candidates:
+        return []
+    rows = features(candidates, names)
+    distinct, gap = query_features(candidates, typical)
+    scores = []
+    for c, row in zip(candidates, rows, strict=True):
+        relevance = linear(ranker.ranker, row)
+        score = logistic(linear(ranker.calibrator, (relevance, distinct, gap)) + ranker.intercept)
+        scores.append(
+            Score(
+                score=score,
+                semantic=row[0],
+                bm25=row[1],
+                entity=row[3] + row[4],
+                temporal=1.0 if c.in_window else 0.0,
+                relevance=relevance,
+                distinctiveness=distinct,
+                answer_gap=gap,
+                ranker=ranker.name,
+            )
+        )
+    return scores

@@ -16,7 +16,7 @@ applies:
 - window (when the query names a time window: memory.text.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
 
-Every candidate also gets an entity signal (weighed by scoring.ENTITY_WEIGHT): the names the
+Every candidate also gets an entity signal (a feature of the fitted ranker: scoring): the names the
 query may mean that it is linked to (MemoryEntity). The names are the query's analysis
 (memory.text.query): what the local recogniser finds in it (recognise.query_names) and every run of
 up to three of its words: the database matches them against the scope's own entity names
@@ -28,11 +28,11 @@ query's words that are not part of a name it says (recognise.query_words) and th
 model's vocabulary has get their vectors (looked up: a word outside it, "rereading", would cost a
 model run of about 1 ms, and on LoCoMo leaving those out ranked the same, at 2.6 ms less for the
 slowest 5 % of searches), and the scope's names whose vectors (EntityVector) have at least
-ENTITY_SIMILARITY cosine similarity to one of them count too, at a discount
-(scoring.SIMILAR_NAME_WEIGHT). A CTE finds them once.
+ENTITY_SIMILARITY cosine similarity to one of them count too, as a feature of their own
+(scoring.FEATURES' entity_similar, which the fit weighs). A CTE finds them once.
 
 The outer query computes every signal for every candidate (for the entity signal, the query's
-names each candidate is linked to); scoring.fuse() combines them.
+names each candidate is linked to); scoring.fuse() combines them through the fitted ranker.
 """
 
 from __future__ import annotations
@@ -60,13 +60,11 @@ from memory.models import (
 from memory.retrieval.scoring import (
     BM25_B,
     BM25_K1,
-    ENTITY_WEIGHT,
     TERM_WEIGHTS,
     Score,
     Signals,
     fuse,
-    midpoint_for,
-    short_keyword_share_for,
+    ranker_for,
 )
 from memory.text.query import Query
 from memory.text.temporal import Window
@@ -85,7 +83,7 @@ WINDOW_CANDIDATES = 30
 # instead of 94 ms, so keyword matches are not bounded.
 WINDOW_ROWS = 2000
 # Entity names matched by meaning: a name whose vector has at least this cosine similarity to a
-# word of the query counts (at scoring.SIMILAR_NAME_WEIGHT of a named one).
+# word of the query counts (as scoring's entity_similar feature).
 ENTITY_SIMILARITY = 0.5
 # Entity names matched by meaning: at most this many, the closest to a query word first.
 SIMILAR_NAMES = 20
@@ -262,7 +260,7 @@ def hybrid_search(
     """Return up to top_k memories of `queryset` best matching `query`, best first.
 
     A time window the query names ("last week") adds the memories whose event time falls in it
-    as candidates and demotes the others (memory.text.temporal, scoring.OUT_OF_WINDOW).
+    as candidates and demotes the others (memory.text.temporal, scoring's out_of_window feature).
 
     The strategy is chosen here, for every caller: a queryset bounded to the scopes it names (a
     user's, agent's or run's memories: scope_bounded) is ranked by exact distance; anything
@@ -350,18 +348,11 @@ def hybrid_search(
 
 
 def score_candidates(candidates: Sequence[Signals], query: Query) -> list[Score]:
-    """The candidates' scores for `query`, in their order: scoring.fuse() with the entity
-    signal's weight and the constants of the query's embedding model. bench/replay.py scores
-    recorded searches through it."""
-    names = frozenset(query.names)
+    """The candidates' scores for `query`, in their order: scoring.fuse() with the fitted ranker
+    of the query's embedding model. bench/replay.py and bench/fit_ranker.py score recorded
+    searches through the same functions."""
     return fuse(
-        candidates,
-        entity_weight=ENTITY_WEIGHT,
-        # What the candidates are linked to beyond the query's own names was matched by meaning.
-        similar_names=frozenset(n for c in candidates for n in c.entities).difference(names),
-        typical=query.typical,
-        midpoint=midpoint_for(query.model),
-        short_keyword_share=short_keyword_share_for(query.model),
+        candidates, ranker_for(query.model), names=frozenset(query.names), typical=query.typical
     )
 
 

@@ -6,10 +6,10 @@ for engram across some ninety areas of a life (docs/search.md, "The score").
 A question whose answer a scope holds finds a memory about as close as the closest of these;
 one about something the scope never mentions ("What is Dana's blood type?" among Dana's home,
 work and cello) finds nothing nearly as close, while "My blood type is O negative."-like facts
-are. scoring.calibrated() lowers the score of such a query's results (its answer gap). The
-facts' vectors are made once per process and model: for the local model they are read from
-the model's folder (written by `make model`: write_vectors()), else embedded on first use (a
-hosted model: one request of 600 short texts).
+are. The calibrator (scoring.fuse()) lowers the score of such a query's results (its answer
+gap). The facts' vectors are made once per process and model: for the local model they are
+read from the model's folder (written by `make model`: write_vectors()), else embedded on
+first use (a hosted model: one request of 600 short texts).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import fit_ranker
 import judging
-import ranking
 
+from memory.retrieval import scoring
 from memory.retrieval.scoring import Signals
 from memory.text.query import Query
 
@@ -114,7 +114,7 @@ def synthetic_sets(seed: int) -> dict[str, list[fit_ranker.Prepared]]:
 def fitted(seed: int) -> tuple[str, fit_ranker.Fit, dict[str, list[fit_ranker.Prepared]]]:
     sets = synthetic_sets(seed)
     prepared = {id(p.item.search): p for items in sets.values() for p in items}
-    fit = fit_ranker.fit(sets, prepared, old=False)
+    fit = fit_ranker.fit(sets, prepared)
     return fit_ranker.fitted_file(fit, "local:test", sets, "test"), fit, sets
 
 
@@ -123,18 +123,18 @@ def test_the_same_data_gives_the_same_file() -> None:
     again, _, _ = fitted(7)
     assert first == again
     data = json.loads(first)
-    assert data["features"] == list(ranking.FEATURES)
-    assert len(data["ranker"]) == len(ranking.FEATURES)
+    assert data["features"] == list(scoring.FEATURES)
+    assert len(data["ranker"]) == len(scoring.FEATURES)
     assert fitted(8)[0] != first  # other data, another fit: the file is the data's
 
 
 def test_the_fit_ranks_what_it_was_taught_and_keeps_by_the_rule() -> None:
     _, fit, sets = fitted(7)
     prepared = {id(p.item.search): p for items in sets.values() for p in items}
-    assert fit.ranker[ranking.FEATURES.index("semantic")] > 0
+    assert fit.ranker[scoring.FEATURES.index("semantic")] > 0
     # The calibrated score rises with the relevance within a query.
     assert fit.calibrator[0] + fit.calibrator[1] > 0
     for items in sets.values():
         figures = judging.measure([p.item for p in items], fit.scorer(prepared), 0.5)
         assert figures["first"] >= 0.9
-        assert figures["kept"] >= fit_ranker.KEEP
+        assert figures["kept"] >= scoring.KEEP

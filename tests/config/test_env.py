@@ -97,7 +97,7 @@ def test_it_refuses_the_old_name_of_the_text_limit() -> None:
 
 def test_it_refuses_the_removed_entity_search_settings() -> None:
     for name, constant in (
-        ("ENGRAM_SEARCH_ENTITY_WEIGHT", "ENTITY_WEIGHT in memory/retrieval/scoring.py"),
+        ("ENGRAM_SEARCH_ENTITY_WEIGHT", "fitted from labelled data, in memory/retrieval/rankers/"),
         ("ENGRAM_SEARCH_ENTITY_SIMILARITY", "ENTITY_SIMILARITY in memory/retrieval/search.py"),
     ):
         result = start_django(

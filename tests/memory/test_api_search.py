@@ -70,7 +70,10 @@ class SearchTestCase(BaseTestCase):
                 "relevance",
                 "distinctiveness",
                 "answer_gap",
+                "ranker",
             }
+            # The fitted file that scored it: the bundled model's, by name and digest.
+            assert result["score_breakdown"]["ranker"].startswith("local:all-MiniLM-L6-v2@")
         assert results[0]["score_breakdown"]["bm25"] > 0  # "coffee" is a keyword hit
 
     def test_it_keeps_to_the_filtered_scope(self) -> None:

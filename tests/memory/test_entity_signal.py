@@ -7,6 +7,9 @@ import math
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -20,8 +23,8 @@ from memory import actions, graph, jobs, queries
 from memory.extraction.tasks import link_entities
 from memory.graph import Scope
 from memory.models import EntityVector, Memory, MemoryEntity
-from memory.retrieval import search
-from memory.retrieval.scoring import SIMILAR_NAME_WEIGHT, Signals, entity_strengths, fuse
+from memory.retrieval import scoring, search
+from memory.retrieval.scoring import FEATURES, Signals, entity_strengths, features, fuse
 from memory.text import query as query_analysis
 from memory.text.embeddings import OnnxSentenceModel, embed, embed_words, get_embedder
 from memory.text.query import analyse
@@ -127,6 +130,18 @@ class LinkingTestCase(BaseTestCase):
         send.assert_called_once_with(str(self.project_id), [memory_id])
 
 
+@contextmanager
+def entity_weight(weight: float) -> Iterator[None]:
+    """Search with the bundled ranker, its two entity features weighed `weight` (0: off)."""
+    base = scoring.ranker_for(scoring.DEFAULT_RANKER)
+    weights = list(base.ranker)
+    for name in ("entity", "entity_similar"):
+        weights[FEATURES.index(name)] = weight
+    ranker = replace(base, ranker=tuple(weights))
+    with mock.patch.object(search, "ranker_for", lambda model: ranker):
+        yield
+
+
 class SignalTestCase(BaseTestCase):
     QUERY = "What music does Jon like?"
 
@@ -147,14 +162,15 @@ class SignalTestCase(BaseTestCase):
         return list(response.json()["results"])
 
     def test_a_memory_linked_to_the_querys_entity_ranks_higher_with_the_signal(self) -> None:
-        with mock.patch.object(search, "ENTITY_WEIGHT", 0):
+        with entity_weight(0):
             off = self.search()
         assert [r["id"] for r in off] == [str(self.plain.pk), str(self.linked.pk)]
-        assert all(r["score_breakdown"]["entity"] == 0 for r in off)
-        with mock.patch.object(search, "ENTITY_WEIGHT", 2):
+        with entity_weight(20):
             on = self.search()
         assert [r["id"] for r in on] == [str(self.linked.pk), str(self.plain.pk)]
+        # The signal is the same either way; its weight is the ranker's.
         assert [r["score_breakdown"]["entity"] for r in on] == [1.0, 0.0]
+        assert [r["score_breakdown"]["entity"] for r in off] == [0.0, 1.0]
         # The other signals are what they were.
         before = {r["id"]: r["score_breakdown"]["semantic"] for r in off}
         assert {r["id"]: r["score_breakdown"]["semantic"] for r in on} == before
@@ -162,7 +178,7 @@ class SignalTestCase(BaseTestCase):
     def test_lower_case_known_entities_match_the_query_words(self) -> None:
         graph.link_memory(self.project_id, self.plain.pk, ["jazz music"])
         self.QUERY = "any jazz music"
-        with mock.patch.object(search, "ENTITY_WEIGHT", 1):
+        with entity_weight(1):
             results = self.search()
         breakdown = {r["id"]: r["score_breakdown"]["entity"] for r in results}
         assert breakdown == {str(self.plain.pk): 1.0, str(self.linked.pk): 0.0}
@@ -174,7 +190,7 @@ class SignalTestCase(BaseTestCase):
         graph.link_memory(self.charlie.key.project_id, theirs.pk, ["Jon"])
         with project_context(self.project_id):
             MemoryEntity.objects.all().delete()  # Alice's own link gone: only Charlie's remains
-        with mock.patch.object(search, "ENTITY_WEIGHT", 2):
+        with entity_weight(1):
             results = self.search()
             theirs_seen = self.search(who=self.charlie)
         assert {r["id"] for r in results} == {str(self.plain.pk), str(self.linked.pk)}
@@ -190,7 +206,7 @@ class SignalTestCase(BaseTestCase):
             "Zürich 東京 " * 300,
         ):
             self.QUERY = query
-            with mock.patch.object(search, "ENTITY_WEIGHT", 1):
+            with entity_weight(1):
                 self.search()
         assert links(self.project_id) == {"jon"}
 
@@ -230,11 +246,11 @@ class MatchingByMeaningTestCase(BaseTestCase):
         graph.link_mentions(self.project_id, [bobs.pk, self.rome.pk])
         assert set(vectors(self.project_id)) == {("alice", "rome"), ("bob", "rome")}
 
-    def test_a_query_word_close_in_meaning_to_an_entity_counts_at_a_discount(self) -> None:
+    def test_a_query_word_close_in_meaning_to_an_entity_counts(self) -> None:
         rome, jazz = str(self.rome.pk), str(self.jazz.pk)
         # "cities" names no entity; "rome" is close to it in meaning (cosine about 0.55).
         found = self.search("Which cities did she see?")
-        assert found == {rome: pytest.approx(SIMILAR_NAME_WEIGHT), jazz: 0.0}
+        assert found == {rome: pytest.approx(1.0), jazz: 0.0}
         with mock.patch.object(search, "ENTITY_SIMILARITY", 0.9):
             assert self.search("Which cities did she see?") == {rome: 0.0, jazz: 0.0}
         # A name the query says counts in full.
@@ -253,7 +269,7 @@ class MatchingByMeaningTestCase(BaseTestCase):
             mock.patch.object(embedder, "embed_query", wraps=embedder.embed_query) as query_model,
         ):
             found = self.search("Which cities did the zorblaxes see?")
-        assert found[rome] == pytest.approx(SIMILAR_NAME_WEIGHT)
+        assert found[rome] == pytest.approx(1.0)
         assert [list(c.args[0]) for c in looked_up.call_args_list] == [["cities"]]
         # The model ran once, for the query itself; no word was embedded.
         assert [c.args[0] for c in query_model.call_args_list] == [
@@ -325,14 +341,19 @@ class MatchingByMeaningTestCase(BaseTestCase):
         assert set(vectors(self.project_id)) == {("bob", "rome")}
 
 
-def test_names_matched_by_meaning_count_at_a_discount() -> None:
+def test_names_matched_by_meaning_are_a_feature_of_their_own() -> None:
     named = Signals(0.5, 0.0, entities=("rome",))
     similar = Signals(0.5, 0.0, entities=("paris",))
-    strengths = entity_strengths([named, similar], frozenset({"paris"}))
-    # Each name is carried by one of two: rarity 1, over the two names the candidates carry.
-    assert strengths == [pytest.approx(0.5), pytest.approx(SIMILAR_NAME_WEIGHT / 2)]
-    scores = fuse([named, similar], entity_weight=1, similar_names=frozenset({"paris"}))
-    assert scores[0].score > scores[1].score
+    # Each name is carried by one of two: rarity 1, over the names of its kind the candidates
+    # carry. The query says "rome"; "paris" was matched by meaning.
+    rows = features([named, similar], frozenset({"rome"}))
+    entity, by_meaning = FEATURES.index("entity"), FEATURES.index("entity_similar")
+    assert [(r[entity], r[by_meaning]) for r in rows] == [(1.0, 0.0), (0.0, 1.0)]
+    assert entity_strengths([named, similar]) == [pytest.approx(0.5), pytest.approx(0.5)]
+    # How much each counts is the fitted ranker's: both raise a memory above one with neither.
+    ranker = scoring.ranker_for(scoring.DEFAULT_RANKER)
+    scores = fuse([named, similar, Signals(0.5, 0.0)], ranker, names=frozenset({"rome"}))
+    assert min(scores[0].relevance, scores[1].relevance) > scores[2].relevance
 
 
 def test_rarer_entities_count_more() -> None:
@@ -341,16 +362,16 @@ def test_rarer_entities_count_more() -> None:
     none = Signals(0.5, 0.0)
     strengths = entity_strengths([everyone, rare, everyone, none])
     assert strengths[1] > strengths[0] == strengths[2] > strengths[3] == 0
-    scores = fuse([everyone, rare, none], entity_weight=1)
+    scores = fuse([everyone, rare, none], scoring.ranker_for(scoring.DEFAULT_RANKER))
     assert scores[1].score > scores[0].score > scores[2].score
     # caroline: carried by 2 of 3, log(1 + 3/2) / log(4); louvre: by 1 of 3, 1; averaged over 2.
     caroline = math.log(2.5) / math.log(4)
     assert scores[0].entity == pytest.approx(caroline / 2)
     assert scores[1].entity == pytest.approx((caroline + 1) / 2)
     assert scores[2].entity == 0
-    # Weight 0: exactly the scores without the signal.
-    assert fuse([everyone, rare, none]) == fuse([everyone, rare, none], entity_weight=0)
-    assert all(s.entity == 0 for s in fuse([everyone, rare, none]))
+    # Without links, the same memories score alike.
+    plain = fuse([none, none, none], scoring.ranker_for(scoring.DEFAULT_RANKER))
+    assert all(s.entity == 0 for s in plain) and len({s.score for s in plain}) == 1
 
 
 def test_a_raw_add_is_linked_by_a_real_worker(committed_db: None, client: Any) -> None:

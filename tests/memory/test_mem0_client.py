@@ -57,6 +57,7 @@ def test_it_serves_the_official_client_end_to_end(client: Any) -> None:
         "relevance",
         "distinctiveness",
         "answer_gap",
+        "ranker",
     }
 
     page = client.get_all(filters={"user_id": "alice"}, page=1, page_size=2)

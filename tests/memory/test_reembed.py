@@ -279,24 +279,22 @@ def test_a_deployment_switches_to_the_other_local_model_and_back(client: Any) ->
         assert "vector(768)" in hnsw_index()
         assert api.top("where do I live") == "I live in Lisbon"
         assert api.top("which instrument do I play") == "I play the cello every evening"
-        # Scored on the midpoint placed for this model (scoring.MIDPOINTS), not MiniLM's.
+        # Scored by this model's fitted ranker if it has one, else by the bundled model's,
+        # and the breakdown names which (scoring.ranker_for).
         found = api.search("which instrument do I play").json()[0]
-        part, midpoint = found["score_breakdown"], scoring.midpoint_for(mpnet.name)
-        assert midpoint != scoring.SCORE_MIDPOINT
-        signals = (part["relevance"], part["distinctiveness"], part["answer_gap"])
-        assert found["score"] == pytest.approx(scoring.calibrated(*signals, midpoint), abs=1e-5)
-        assert abs(found["score"] - scoring.calibrated(*signals)) > 1e-3  # MiniLM's would differ
-        # Its short memories keep the keyword's full weight (scoring.SHORT_KEYWORD_SHARES): the
-        # fact alone in its add request, its relevance is its signals' weighted sum.
-        assert scoring.short_keyword_share_for(mpnet.name) == 1.0 != scoring.SHORT_KEYWORD_SHARE
-        assert part["bm25"] > 0
-        weights = scoring.SEMANTIC_WEIGHT + scoring.KEYWORD_WEIGHT + scoring.ENTITY_WEIGHT
-        summed = (
-            scoring.SEMANTIC_WEIGHT * part["semantic"]
-            + scoring.KEYWORD_WEIGHT * part["bm25"]
-            + scoring.ENTITY_WEIGHT * part["entity"]
+        part, ranker = found["score_breakdown"], scoring.ranker_for(mpnet.name)
+        own = scoring.ranker_file(mpnet.name).exists()
+        assert part["ranker"] == ranker.name
+        assert ranker.name.startswith(mpnet.name if own else scoring.DEFAULT_RANKER)
+        assert part["semantic"] > 0.3 and part["bm25"] > 0
+        calibrated = scoring.logistic(
+            scoring.linear(
+                ranker.calibrator,
+                (part["relevance"], part["distinctiveness"], part["answer_gap"]),
+            )
+            + ranker.intercept
         )
-        assert part["relevance"] == pytest.approx(summed / weights, abs=1e-6)
+        assert found["score"] == pytest.approx(calibrated, abs=1e-5)
         assert api.top("Rex", user_id="*") == "My dog is called Rex"  # the HNSW index path
         stored = stored_vector(api.project, "My dog is called Rex")
         expected = embeddings.build_embedder(mpnet).embed(["My dog is called Rex"])[0]

@@ -39,7 +39,7 @@ FACTS = [
 ]
 # Every memory of the scope passes: the fused order is the whole scope's.
 ALL = {"query": "what do I drink in the morning?", "filters": {"user_id": "alice"}, "threshold": 0}
-SIGNALS = {"semantic", "bm25", "entity", "relevance", "distinctiveness", "answer_gap"}
+SIGNALS = {"semantic", "bm25", "entity", "relevance", "distinctiveness", "answer_gap", "ranker"}
 
 
 @pytest.fixture
