@@ -93,10 +93,10 @@ class RerankError(Exception):
 @dataclass(frozen=True)
 class Reordered:
     """A reranker's order of n candidates: `order`, a permutation of range(n) (those it ranked,
-    its best first, then those it left out in their fused order), and its `relevance` of each
-    it ranked."""
+    its best first, then those it left out in their fused order), or None when it failed (the
+    fused order stands); its `relevance` of each it ranked; what the call used either way."""
 
-    order: list[int]
+    order: list[int] | None
     relevance: dict[int, float]
     usage: Usage
 
@@ -110,8 +110,9 @@ def configured() -> bool:
 
 
 def rerank(query: str, documents: Sequence[str]) -> Reordered | None:
-    """The configured reranker's order of `documents` for `query`; None when none is
-    configured, or it failed (logged as a warning): the fused order stands."""
+    """The configured reranker's order of `documents` for `query`, its `order` None when it
+    failed (logged as a warning): the fused order stands; None when none is configured or there
+    is nothing to order."""
     if not configured() or not documents:
         return None
     started = time.perf_counter()
@@ -130,7 +131,7 @@ def rerank(query: str, documents: Sequence[str]) -> Reordered | None:
     counts = {"reranker": settings.ENGRAM_RERANK, **_counted(usage), "ms": ms, "outcome": outcome}
     if outcome != "reranked":
         logger.warning("rerank %s; the fused order stands", outcome, extra=counts)
-        return None
+        return Reordered(None, {}, usage)
     logger.info("rerank of %d candidates", len(documents), extra=counts)
     return Reordered(permutation([i for i, _ in ranking], len(documents)), dict(ranking), usage)
 

@@ -54,6 +54,9 @@ class Found:
     rerank_relevance: dict[uuid.UUID, float] = field(default_factory=dict)
     # Rerank asked and not yet done: `hits` are the candidates, cut to top_k by reranked().
     top_k: int | None = None
+    # What the reranker's call used (calls, input tokens, output tokens), failed or not; None
+    # when none was called. The entry point counts it (actions.do_count_rerank).
+    rerank_usage: tuple[int, int, int] | None = None
 
     @property
     def returned(self) -> int:
@@ -162,7 +165,8 @@ def search(
 def reranked(found: Found, text: str) -> Found:
     """`found` with its best ENGRAM_RERANK_TOP_N hits in the reranker's order for the query
     `text` (memory.rerank; the rest follow in the fused order), cut to top_k; in the fused order
-    when the reranker failed (`reranked` False). Outside any transaction.
+    when the reranker failed (`reranked` False). Outside any transaction. What the call used,
+    failed or not, is in `rerank_usage`.
 
     The scores and the threshold are the fused ones still: the reranker reorders what passed,
     it does not change what passes. The relations are those of the hits kept (by their new
@@ -171,9 +175,15 @@ def reranked(found: Found, text: str) -> Found:
         return found
     head = found.hits[: settings.ENGRAM_RERANK_TOP_N]
     order = rerank.rerank(text, [hit.memory.text for hit in head])
-    if order is None:
+    if order is None or order.order is None:
         hits = found.hits[: found.top_k]
-        return dataclasses.replace(found, hits=hits, relations=_kept(found, hits), top_k=None)
+        return dataclasses.replace(
+            found,
+            hits=hits,
+            relations=_kept(found, hits),
+            top_k=None,
+            rerank_usage=None if order is None else _used(order),
+        )
     ordered = [head[i] for i in order.order] + found.hits[len(head) :]
     hits = ordered[: found.top_k]
     relevance = {head[i].memory.id: score for i, score in order.relevance.items()}
@@ -184,7 +194,12 @@ def reranked(found: Found, text: str) -> Found:
         reranked=True,
         rerank_relevance=relevance,
         top_k=None,
+        rerank_usage=_used(order),
     )
+
+
+def _used(order: rerank.Reordered) -> tuple[int, int, int]:
+    return (order.usage.calls, order.usage.input_tokens, order.usage.output_tokens)
 
 
 def _kept(found: Found, hits: list[ScoredMemory]) -> list[graph.Relation] | None:

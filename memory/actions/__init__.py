@@ -26,6 +26,7 @@ This module is the package's interface: callers write `from memory import action
 - memories: create, supersede, update, delete, restore, batch update and delete;
 - events: add requests queued for extraction, what extraction records in the graph, summaries;
 - feedback, exports, idempotency: their records;
+- rerank_usage: what reranked searches used, per project and day;
 - erasure: a user's erasure, direct or requested through the API;
 - redaction: a memory's redaction, retention purges of memories and of add requests' payloads;
 - reverts: undoing everything one processed add request did.
@@ -100,6 +101,7 @@ from memory.actions.redaction import (
     do_purge_memories,
     do_redact_memory,
 )
+from memory.actions.rerank_usage import do_count_rerank
 from memory.actions.reverts import RevertConflictError, do_revert_event
 
 __all__ = [
@@ -127,6 +129,7 @@ __all__ = [
     "do_batch_delete",
     "do_batch_update",
     "do_claim_idempotency_key",
+    "do_count_rerank",
     "do_create_export",
     "do_create_memory",
     "do_delete_memories",

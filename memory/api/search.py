@@ -25,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.access import note_access
+from memory import actions
 from memory import search as searching
 from memory.api import responses as r
 from memory.api import serializers as s
@@ -61,6 +62,15 @@ def search(request: Request, *, envelope: bool) -> Response:
 
     # The reranker is an HTTP call: after the transaction, never inside it.
     found = searching.reranked(searching.following_a_switch(attempt), data["query"])
+    if found.rerank_usage is not None:
+        calls, input_tokens, output_tokens = found.rerank_usage
+        actions.do_count_rerank(
+            project_id(request),
+            reranked=bool(found.reranked),
+            calls=calls,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
     return answer(found, items(found), envelope=envelope, output_format=data.get("output_format"))
 
 

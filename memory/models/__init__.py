@@ -332,6 +332,30 @@ class UsageDay(models.Model):
         return f"{self.day} {self.events}"
 
 
+class RerankUsageDay(models.Model):
+    """What a project's reranked searches (`rerank: true` with a reranker configured) used on
+    one day (UTC): the searches, those the reranker ordered (the others kept the fused order:
+    it failed or was slow), its calls and the tokens it reported. Counts only, no query and no
+    scope id. One upsert after each reranked search (memory.actions.do_count_rerank)."""
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    searches = models.BigIntegerField(default=0)
+    reranked = models.BigIntegerField(default=0)
+    calls = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["project", "day"], name="rerank_usage_day_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.searches}"
+
+
 class ScopeSummary(Scoped):
     """The running summary of one scope's conversation, context for the next extraction.
 
@@ -513,6 +537,7 @@ __all__ = [
     "MemoryQuerySet",
     "ProfileJob",
     "ProfileSettings",
+    "RerankUsageDay",
     "ScopeSummary",
     "Scoped",
     "UsageDay",

@@ -1,4 +1,5 @@
-"""The records of requests: add requests (events) and their model usage per day, exports,
+"""The records of requests: add requests (events) and their model usage per day, reranked
+searches' usage per day, exports,
 Idempotency-Keys and erasure requests.
 
 May import memory.models, audit.models and Django; no other module of this package.
@@ -16,7 +17,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncDate
 
 from audit.models import ErasureRequest
-from memory.models import IdempotentRequest, MemoryEvent, MemoryExport, UsageDay
+from memory.models import IdempotentRequest, MemoryEvent, MemoryExport, RerankUsageDay, UsageDay
 
 
 def idempotent_request(project_id: uuid.UUID, key: str) -> IdempotentRequest | None:
@@ -67,6 +68,16 @@ def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, A
         for key in keys:
             day[key] += row[key]
     return sorted(days.values(), key=lambda row: row["day"], reverse=True)
+
+
+RERANK_USAGE_KEYS = ("searches", "reranked", "calls", "input_tokens", "output_tokens")
+
+
+def rerank_usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, Any]]:
+    """What the project's reranked searches used per day (UTC) from `since`, newest first:
+    day, searches, reranked, calls, input_tokens, output_tokens (RerankUsageDay)."""
+    rows = RerankUsageDay.objects.filter(project_id=project_id, day__gte=since.date())
+    return list(rows.order_by("-day").values("day", *RERANK_USAGE_KEYS))
 
 
 # The scope ids usage is summed by (usage_per_scope), by kind.

@@ -38,6 +38,7 @@ from tenants.models import ApiKey
 EVENTS_PER_PAGE = 25
 USAGE_DAYS = 30
 USAGE_KEYS = ("events", "calls", "input_tokens", "output_tokens")
+RERANK_USAGE_KEYS = ("searches", "reranked", "calls", "input_tokens", "output_tokens")
 USAGE_SCOPES_SHOWN = 25  # users and agents in the usage tables, the most tokens first
 RELATIONS_PER_PAGE = 50
 # The picture reads at most one API page of relations (graph.MAX_LIMIT) and draws the
@@ -87,6 +88,8 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     )
     days = queries.usage_per_day(dash.project.pk, since=since)
     totals = {key: sum(day[key] for day in days) for key in USAGE_KEYS}
+    rerank_days = queries.rerank_usage_per_day(dash.project.pk, since=since)
+    rerank_totals = {key: sum(day[key] for day in rerank_days) for key in RERANK_USAGE_KEYS}
     per_scope = {
         kind: queries.usage_per_scope(dash.project.pk, kind, since=since, limit=USAGE_SCOPES_SHOWN)
         for kind in ("user", "agent")
@@ -103,6 +106,9 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "warned": warned,
         "days": days,
         "totals": totals,
+        "rerank_days": rerank_days,
+        "rerank_totals": rerank_totals,
+        "reranker": settings.ENGRAM_RERANK,
         "usage_days": USAGE_DAYS,
         "users": per_scope["user"],
         "agents": per_scope["agent"],

@@ -20,7 +20,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from memory.graph import Relation
-from memory.models import Memory
+from memory.models import Memory, RerankUsageDay
 from memory.rerank import RerankError, endpoint_ranking, judge_ranking, permutation
 from memory.search import Found, _kept
 from tenants.actions import NewApiKey
@@ -65,6 +65,12 @@ class _Search(BaseTestCase):
 
     def fused(self, **body: Any) -> list[str]:
         return self.texts(self.search(**body))
+
+    def usage(self, project_id: uuid.UUID | None = None) -> list[tuple[int, ...]]:
+        """The project's rerank usage rows: searches, reranked, calls, input and output tokens."""
+        fields = ("searches", "reranked", "calls", "input_tokens", "output_tokens")
+        with project_context(project_id or self.alice.key.project_id):
+            return list(RerankUsageDay.objects.values_list(*fields))
 
 
 class EndpointTestCase(_Search):
@@ -141,7 +147,29 @@ class EndpointTestCase(_Search):
             self.search()
         with CaptureQueriesContext(connection) as reranked:
             self.search(rerank=True)
-        assert len(reranked) == len(plain)
+
+        # The same, and after them one statement (in a transaction of its own) counting it.
+        def statements(captured: CaptureQueriesContext) -> list[str]:
+            # Without the values and savepoint names that differ from one request to the next.
+            return [re.sub(r"'[^']*'|\"s\d+_x\d+\"|\d+", "?", q["sql"]) for q in captured]
+
+        before, after = statements(plain), statements(reranked)
+        assert after[: len(before)] == before
+        extra = after[len(before) :]
+        [counted] = [q for q in extra if "memory_rerankusageday" in q]
+        assert "ON CONFLICT" in counted
+        # The rest is its transaction and tenant: no other table is read or written.
+        assert all(q.startswith(("SAVEPOINT", "RELEASE", "SELECT set_config")) for q in extra
+                   if q is not counted), extra  # fmt: skip
+
+    def test_it_counts_the_days_usage_in_the_project(self) -> None:
+        self.search(rerank=True)
+        self.search(rerank=True)
+        # Two searches, both reranked, one call each; the service's tokens (36 words each).
+        assert self.usage() == [(2, 2, 2, 72, 0)]
+        assert self.usage(self.charlie.key.project_id) == []  # row-level security: not theirs
+        self.search()  # rerank not asked: nothing counted
+        assert self.usage() == [(2, 2, 2, 72, 0)]
 
     def test_it_counts_each_call(self) -> None:
         with self.assertLogs("memory.rerank", "INFO") as logs:
@@ -188,6 +216,8 @@ class FallbackTestCase(_Search):
 
     def test_it_gives_the_fused_order_on_a_5xx(self) -> None:
         self.assert_fused_order("error")
+        # Counted all the same: a search the reranker was asked for, one call, not reranked.
+        assert self.usage() == [(1, 0, 1, 0, 0)]
 
     def test_it_gives_the_fused_order_on_malformed_json(self) -> None:
         self.assert_fused_order("malformed")
@@ -217,6 +247,7 @@ class NoRerankerTestCase(_Search):
         assert response.json()["results"] == fused
         assert response.json()["reranked"] is False
         assert response.headers["Engram-Reranked"] == "false"
+        assert self.usage() == []  # no reranker was called
 
 
 class JudgeTestCase(_Search):
@@ -261,6 +292,7 @@ class JudgeTestCase(_Search):
             self.search(rerank=True)
         record: Any = logs.records[0]
         assert (record.calls, record.input_tokens, record.output_tokens) == (1, 300, 45)
+        assert self.usage() == [(1, 1, 1, 300, 45)]
 
     def test_it_gives_the_fused_order_when_the_judge_fails(self) -> None:
         fused = self.fused()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any, ClassVar
 
 from django.contrib.auth import get_user_model
@@ -232,6 +232,30 @@ class EventsTestCase(OperationsTestCase):
         assert b">1,200<" in response.content and b">345<" in response.content
         assert b"99,999" in response.content  # the old event's own row, outside the 30 days
 
+    def test_it_shows_the_rerankers_usage_per_day(self) -> None:
+        quiet = self.get(self.rita, "events")
+        assert b"Reranker usage" not in quiet.content  # no reranker, nothing counted: no table
+        for reranked, tokens in ((True, 300), (False, 0), (True, 120)):
+            actions.do_count_rerank(
+                self.project_id, reranked=reranked, calls=1, input_tokens=tokens, output_tokens=9
+            )
+        actions.do_count_rerank(
+            self.charlie.key.project_id, reranked=True, calls=1, input_tokens=5, output_tokens=5
+        )
+        response = self.get(self.rita, "events")
+        [today] = response.context["rerank_days"]
+        assert today["day"] == timezone.now().astimezone(UTC).date()
+        counts = {
+            "searches": 3,
+            "reranked": 2,
+            "calls": 3,
+            "input_tokens": 420,
+            "output_tokens": 27,
+        }
+        assert {k: today[k] for k in counts} == counts  # Charlie's search is not Alice's
+        assert response.context["rerank_totals"] == counts
+        assert b"Reranker usage per day" in response.content and b">420<" in response.content
+
     def test_usage_per_day_survives_the_erasure_of_a_user(self) -> None:
         self.make_event(0, usage={"calls": 2, "input_tokens": 1200, "output_tokens": 345})
         self.make_event(
@@ -277,14 +301,15 @@ class EventsTestCase(OperationsTestCase):
         self.client.get(self.url("events"))  # the connection then knows its tenant setting
         # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
         # 6 project setting, 7 count of events, 8 count of the last 30 days' warned events,
-        # 9 usage per day of the events kept, 10 of those erased, 11 usage per user (one
-        # GROUP BY, LIMIT 25), 12 usage per agent (the same), 13 switcher's projects, 14 the
-        # page of events (read by the template), 15 setting cleared, 16 release.
-        with self.assertNumQueries(16):
-            assert self.client.get(self.url("events")).status_code == 200
-        # Filtered by a user: ... 13 that user's usage per day (one GROUP BY, LIMIT 30), 14
-        # switcher's projects, 15 the page, 16 setting cleared, 17 release.
+        # 9 usage per day of the events kept, 10 of those erased, 11 the reranker's usage per
+        # day, 12 usage per user (one GROUP BY, LIMIT 25), 13 usage per agent (the same), 14
+        # switcher's projects, 15 the page of events (read by the template), 16 setting
+        # cleared, 17 release.
         with self.assertNumQueries(17):
+            assert self.client.get(self.url("events")).status_code == 200
+        # Filtered by a user: ... 14 that user's usage per day (one GROUP BY, LIMIT 30), 15
+        # switcher's projects, 16 the page, 17 setting cleared, 18 release.
+        with self.assertNumQueries(18):
             assert self.client.get(self.url("events"), {"user_id": "alice"}).status_code == 200
 
     def usage_fixture(self) -> None:

@@ -20,6 +20,7 @@ from memory.models import (
     MemoryHistory,
     ProfileJob,
     ProfileSettings,
+    RerankUsageDay,
     ScopeSummary,
     UsageDay,
     UserProfile,
@@ -73,6 +74,9 @@ ROW_FACTORIES: dict[str, Callable[[uuid.UUID], Any]] = {
     ),
     "memory_usageday": lambda project_id: UsageDay.objects.create(
         project_id=project_id, day="2026-11-27", events=1
+    ),
+    "memory_rerankusageday": lambda project_id: RerankUsageDay.objects.create(
+        project_id=project_id, day="2026-12-03", searches=1
     ),
     "memory_profilesettings": lambda project_id: ProfileSettings.objects.create(
         project_id=project_id, enabled=True
