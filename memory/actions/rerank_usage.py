@@ -36,8 +36,16 @@ def do_count_rerank(
     output_tokens: int,
 ) -> None:
     """Count one search the reranker was asked to order: whether it did (else the fused order
-    stood), and the calls and tokens it used either way."""
+    stood), and the calls and tokens it used either way.
+
+    Its commit does not wait for the WAL to reach the disk (synchronous_commit off, this
+    transaction only): the count is on a search's path, and a crash can lose at most the last
+    fraction of a second of counts, never a memory or another transaction's write. Inside a
+    caller's transaction (a savepoint), that transaction's commit is left as it is."""
+    own = not connection.in_atomic_block
     with project_context(project_id), connection.cursor() as cursor:
+        if own:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
         cursor.execute(
             _COUNT,
             [project_id, int(reranked), calls, max(0, input_tokens), max(0, output_tokens)],

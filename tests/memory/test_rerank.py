@@ -19,6 +19,7 @@ from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from memory.actions import do_count_rerank
 from memory.graph import Relation
 from memory.models import Memory, RerankUsageDay
 from memory.rerank import RerankError, endpoint_ranking, judge_ranking, permutation
@@ -350,6 +351,26 @@ def test_no_transaction_is_open_during_the_call(fake_rerank: FakeReranker, setti
     )  # fmt: skip
     assert response.json()["reranked"] is True
     assert fake_rerank.requests[-1]["in_atomic_block"] is False
+
+
+@pytest.mark.usefixtures("committed_db")
+def test_the_count_commits_on_its_own_without_waiting_for_the_disk() -> None:
+    """Outside any transaction the count is its own, asynchronous commit; inside a caller's it
+    leaves that transaction's commit alone."""
+    acme: NewApiKey = make_key("acme", "main")
+    project = acme.key.project_id
+    with CaptureQueriesContext(connection) as alone:
+        do_count_rerank(project, reranked=True, calls=1, input_tokens=30, output_tokens=0)
+    assert "SET LOCAL synchronous_commit TO OFF" in [q["sql"] for q in alone]
+    with project_context(project), CaptureQueriesContext(connection) as nested:
+        do_count_rerank(project, reranked=False, calls=1, input_tokens=0, output_tokens=0)
+        setting = connection.cursor()
+        setting.execute("SHOW synchronous_commit")
+        assert setting.fetchone() == ("on",)
+    assert not any("synchronous_commit TO" in q["sql"] for q in nested)
+    with project_context(project):
+        counted = RerankUsageDay.objects.values_list("searches", "reranked", "input_tokens")
+        assert list(counted) == [(2, 1, 30)]
 
 
 # -- reading a reranker's reply -------------------------------------------------------------
