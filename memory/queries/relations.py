@@ -27,12 +27,13 @@ SEARCH_RELATIONS = 20
 # Memories read to find which of a query's names the scope's own user or agent goes by.
 OWN_NAME_MEMORIES = 50
 # The active memories that may say what their first person is called (a superset of what
-# recognise.own_names reads): the condition of the partial index memory_own_names_v2 (memory
-# migration 0030), character for character, so the planner reads that index.
+# recognise.own_names reads): the condition of the partial index memory_own_names_v3 (memory
+# migration 0032), character for character, so the planner reads that index.
 OWN_NAME_PREDICATE = (
     "state = 'active' AND ("
     r"text ~* '\m(my|user''s)\s+((first|full|given)\s+)?name(\s+is|''s|\u2019s)\M"
-    r"|^\s*name\s+is\M|\mcalls?\s+me\M|\m(i|user)\s+go(es)?\s+by\M"
+    r"|^\s*((customer|client|member|contact|full|legal|preferred)\s+)?name(\s*:|\s+is\M)"
+    r"|^\s*full\s+name\M|\mcalls?\s+me\M|\m(i|user)\s+go(es)?\s+by\M"
     r"|\m(i''m|i\u2019m|i\s+am|user\s+is)\s+(called|named)\M"
     r"|\mis\s+my\s+((first|full|given)\s+)?name\M'"
     r" OR text ~ '\m[Ii](''|\u2019)m\s+[[:upper:]]|\m[Ii]\s+am\s+[[:upper:]]')"

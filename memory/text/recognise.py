@@ -125,11 +125,14 @@ def known_names(names: Iterable[str]) -> dict[str, str]:
 
 
 # How a text says what its first person is called: "My name is Dana", "call me Dana", "I go by
-# Dana", "I'm called Dana", and the third-person forms extraction writes ("User's name is Dana",
-# "User goes by Dana", "Name is Dana"). The name is the run of capitalised words that follows.
+# Dana", "I'm called Dana", the third-person forms extraction writes ("User's name is Dana",
+# "User goes by Dana", "Name is Dana"), and a note's label at its start ("Name: Dana Ruiz",
+# "Customer name: Dana Ruiz", "Full name Dana Ruiz"). The name is the run of capitalised words
+# that follows.
 _OWN_NAME = re.compile(
     r"(?:\b(?:my|(?:the )?user['\u2019]s)\s+(?:first\s+|full\s+|given\s+)?name\s*(?:is|['\u2019]s)"
-    r"|^\s*name\s+is|\b(?:call|calls)\s+me|\b(?:i|user)\s+(?:go|goes)\s+by"
+    r"|^\s*(?:(?:customer|client|member|contact|full|legal|preferred)\s+)?name(?:\s*:|\s+is)"
+    r"|^\s*full\s+name|\b(?:call|calls)\s+me|\b(?:i|user)\s+(?:go|goes)\s+by"
     r"|\b(?:i['\u2019]m|i\s+am|user\s+is)\s+(?:called|named))\s+",
     re.IGNORECASE,
 )

@@ -120,7 +120,7 @@ def test_every_memory_method_of_the_javascript_client(live_api: str, tmp_path: P
     assert len(found["results"]) == 2  # topK
     assert found["results"][0]["metadata"] == {"source": "js-client", "Mixed_Case": 1}
     assert set(found["results"][0]["scoreBreakdown"]) == {
-        "semantic", "bm25", "entity", "relevance", "distinctiveness", "answerGap",
+        "semantic", "bm25", "entity", "relevance", "distinctiveness", "answerGap", "ranker",
     }  # fmt: skip
     assert texts(steps.ok("search_logical_filters"))[0] == "My sister lives in Lisbon"
     invalid = steps.raised("search_invalid")

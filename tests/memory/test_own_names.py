@@ -92,6 +92,11 @@ NAMING = [
     ("User's name is Bartholomew.", ["bartholomew"]),
     ("User goes by Dee.", ["dee"]),
     ("Name is Rose", ["rose"]),
+    # A note's label at its start, as a support agent or a work assistant writes one.
+    ("Customer name: Uwe Brandt", ["uwe brandt", "uwe"]),
+    ("Name: Juan Pablo Ferreyra", ["juan pablo ferreyra", "juan pablo", "juan", "pablo ferreyra"]),
+    ("Full name Will Brennan; originally from Cork", ["will brennan", "will"]),
+    ("Client name: Bill Gallagher, owner of Gallagher Plumbing", ["bill gallagher", "bill"]),
     # Not the first person's name: another's, or no name at all.
     ("My sister is called Ana.", []),
     ("My dog's name is Rex.", []),
@@ -101,6 +106,9 @@ NAMING = [
     ("I'm from Berlin.", []),
     ("I'm going to Paris.", []),
     ("This is my name.", []),
+    ("Product name: Glasfaser 500", []),  # a label, not the person's
+    ("Customer number: EF-4471902", []),
+    ("Called the customer: Anna answered", []),  # a label only at the note's start
     ("I'm Hope.", []),  # one stop word alone is not read as a name
 ]
 
@@ -282,7 +290,7 @@ class OwnNamesTestCase(BaseTestCase):
             )
 
     def test_the_partial_index_holds_every_naming_memory(self) -> None:
-        migration = importlib.import_module("memory.migrations.0030_own_name_index_name_first")
+        migration = importlib.import_module("memory.migrations.0032_own_name_index_labels")
         assert migration.PREDICATE == OWN_NAME_PREDICATE  # else the planner ignores the index
         naming = [text for text, names in NAMING if names]
         sql = f"SELECT {OWN_NAME_PREDICATE} FROM (SELECT %s::text AS text, 'active' AS state) m"  # noqa: S608
