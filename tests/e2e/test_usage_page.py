@@ -1,7 +1,7 @@
 """What extraction costs per user and per agent (issue #27, §3 "Cost per user"), in Chromium on a
 desktop (1280 by 800) and a phone (390 by 844): the events page's usage by user and by agent,
-a user's usage per day (through the link in the user's row), and the project page's top
-spenders; every table visible, no page scrolling sideways.
+a user's usage per day (through the link in the user's row), the reranker's usage per day, and
+the project page's top spenders; every table visible, no page scrolling sideways.
 
 Each step also saves a screenshot to /tmp/usage-<page>-<viewport>.png, to look at."""
 
@@ -14,6 +14,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, ViewportSize, expect
 
+from memory import actions
 from memory.models import MemoryEvent
 from tenants.db import project_context
 from tests.e2e.helpers import DESKTOP, PHONE, Shots, login
@@ -61,6 +62,11 @@ def test_usage_per_user_and_agent_and_the_top_spenders(
     spend(project, 2, 4, 250_000, user_id=LONG_ID, agent_id=LONG_ID)
     spend(project, 45, 9, 9_999_999, user_id="carol")  # before the last 30 days
     spend(other, 0, 7, 7_777_777, user_id="alice")  # another project's
+    for reranked, tokens in ((True, 1_200), (False, 0), (True, 800)):  # searches with rerank
+        actions.do_count_rerank(
+            project.pk, reranked=reranked, calls=1, input_tokens=tokens, output_tokens=0
+        )
+    actions.do_count_rerank(other.pk, reranked=True, calls=1, input_tokens=6_666, output_tokens=0)
     operator(project)
     page.set_viewport_size(viewport)
     login(page, "olga", PASSWORD)
@@ -83,6 +89,13 @@ def test_usage_per_user_and_agent_and_the_top_spenders(
     usage = page.get_by_role("region", name="Model usage by user and agent").inner_text()
     assert "carol" not in usage and "9,999,999" not in usage  # her request is listed, below
     assert "7,777,777" not in page.content()
+    # The reranker's usage per day: today's searches, those reordered, calls and tokens.
+    reranker = page.get_by_role("region", name="Reranker usage per day").get_by_role("table")
+    reranker.scroll_into_view_if_needed()
+    expect(reranker).to_be_visible()
+    expect(reranker.locator("tbody tr")).to_have_count(1)
+    expect(reranker.locator("tfoot")).to_contain_text("2,000")
+    assert "6,666" not in page.content()  # another project's
     assert_no_sideways_scroll(page, "the events page")
     screenshot(page, shots, "events", viewport)
     region = page.get_by_role("region", name="Model usage by user and agent")
