@@ -4,6 +4,9 @@
 - memory.E001: the settings name another embedding model than the one the deployment's vectors
   come from (memory.models.EmbeddingSpace): a process started so would write vectors search
   cannot compare. Set the settings back, or switch with `manage.py reembed`.
+- memory.E002: the fitted ranker search would score with (memory/retrieval/rankers/: the
+  configured model's file, else the bundled model's) cannot be read or was fitted on other
+  features: every search would fail. Fit it again (bench/fit_ranker.py --write).
 """
 
 from __future__ import annotations
@@ -12,7 +15,25 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, register
 
+from memory.retrieval import scoring
 from memory.text.embeddings import configured_space, recorded_space
+
+
+@register()
+def ranker_can_be_read(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    model = configured_space().name
+    try:
+        scoring.ranker_for(model)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [
+            Error(
+                f"The fitted ranker for {model} cannot be used: {exc}",
+                hint="Fit it again on a recording of the benchmark sets: "
+                "bench/fit_ranker.py RECORDING --write (docs: Development, fitting the ranker).",
+                id="memory.E002",
+            )
+        ]
+    return []
 
 
 @register(Tags.database)

@@ -91,6 +91,26 @@ def test_a_file_fitted_on_other_features_is_refused() -> None:
         raise AssertionError("a file of other features was read")
 
 
+def test_a_process_whose_ranker_cannot_be_used_refuses_to_start(tmp_path: Any) -> None:
+    """The start-up check (memory.E002): a file of other features, or no file at all, is an
+    error naming the fix, before any search fails on it."""
+    from memory import checks, retrieval
+
+    assert checks.ranker_can_be_read() == []  # the bundled file serves
+    data = json.loads(ranker_file(DEFAULT_RANKER).read_text())
+    data["features"] = [*data["features"], "length"]
+    (tmp_path / ranker_file(DEFAULT_RANKER).name).write_text(json.dumps(data))
+    for folder in (tmp_path, tmp_path / "missing"):
+        retrieval.scoring.ranker_for.cache_clear()
+        try:
+            with patch.object(retrieval.scoring, "RANKERS", folder):
+                [error] = checks.ranker_can_be_read()
+        finally:
+            retrieval.scoring.ranker_for.cache_clear()
+        assert error.id == "memory.E002" and "fit_ranker.py" in (error.hint or "")
+    assert checks.ranker_can_be_read() == []
+
+
 def test_the_score_is_the_calibrated_weighted_sum_of_the_features() -> None:
     alone = Signals(0.6, 0.3, words=LONG_WORDS)
     (row,) = features([alone])
