@@ -103,6 +103,7 @@ def recorded(path: Path) -> Iterator[Search]:
                 word_vectors=None,
                 window=None,
                 keywords=q["keywords"],
+                language=q.get("language", ""),
                 typical=q["typical"],
                 model=q["model"],
             )

@@ -65,6 +65,7 @@ def score_candidates(candidates: Sequence[Signals], query: Query) -> list[Score]
             "text": query.text,
             "names": list(query.names),
             "keywords": query.keywords,
+            "language": query.language,
             "typical": query.typical,
             "model": query.model,
         },

@@ -353,6 +353,9 @@ if ENGRAM_EMBEDDER == "local" and EMBEDDING_DIMENSIONS != _LOCAL_DIMENSIONS:
         f"The local embedder ({ENGRAM_LOCAL_MODEL}) gives {_LOCAL_DIMENSIONS} dimensions: "
         "ENGRAM_EMBEDDING_DIMENSIONS applies to a hosted one (ENGRAM_EMBEDDER=openai-compatible)."
     )
+# The language of a text whose language the detector cannot tell (a name alone: "Berlin"), as an
+# ISO 639-1 code: its keywords are stemmed as that language's (memory.text.language).
+ENGRAM_DEFAULT_LANGUAGE = env_str("ENGRAM_DEFAULT_LANGUAGE", "en")
 # Limits on what a request may carry (each is a 400 with a clear detail when exceeded).
 # One limit for every text written: a message, a memory's new text, a feedback reason, and the
 # JSON text of metadata, categories and an export schema.

@@ -67,8 +67,10 @@ END = "end"
 
 _SCOPE = tuple(SCOPE_FIELDS)
 # The model and its fields (attnames) each relational record carries. Left out: generated
-# columns (search_vector), the bigint ids of MemoryEntity and EntityVector (made again on
-# import; their natural keys are unique), a running event's lease and claim token.
+# columns (search_vector), what an import works out again from the text (a memory's language,
+# as its embedding: memory.actions.transfer), the bigint ids of MemoryEntity and EntityVector
+# (made again on import; their natural keys are unique), a running event's lease and claim
+# token.
 MODEL_FIELDS: dict[str, tuple[type[models.Model], tuple[str, ...]]] = {
     EVENT: (
         MemoryEvent,

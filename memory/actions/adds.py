@@ -24,6 +24,7 @@ from memory.actions._shared import _as_actor, _history, schedule_entity_linking
 from memory.actions.common import Actor, Vector, embed_texts, hold_scope, hold_user
 from memory.actions.events import do_queue_add
 from memory.models import SCOPE_FIELDS, Memory, MemoryHistory, content_hash, structured_attributes
+from memory.text.language import detect
 from tenants.db import project_context
 from tenants.models import Project
 
@@ -136,6 +137,7 @@ def do_add_messages(
             memory = Memory(
                 project=project,
                 text=message.content,
+                language=detect(message.content),
                 hash=digest,
                 embedding=known[message.content],
                 context_before=turns[index - 1][1].content if index > 0 else "",

@@ -29,6 +29,7 @@ from memory.actions.common import (
 )
 from memory.models import Memory, MemoryHistory, MemoryQuerySet, content_hash, structured_attributes
 from memory.text.embeddings import embed
+from memory.text.language import detect
 from tenants.db import project_context
 
 
@@ -57,6 +58,7 @@ def do_create_memory(project_id: uuid.UUID, new: NewMemory, *, actor: Actor) -> 
         memory = Memory.objects.create(
             project_id=project_id,
             text=new.text,
+            language=detect(new.text),
             hash=content_hash(new.text),
             embedding=new.vector,
             metadata=new.metadata,
@@ -115,6 +117,7 @@ def do_update_memory(
         old_text = memory.text
         if new_text:
             memory.text = str(text)
+            memory.language = detect(memory.text)
             memory.hash = content_hash(memory.text)
             memory.embedding = vector
         if metadata is not None:

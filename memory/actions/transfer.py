@@ -43,6 +43,7 @@ from memory.actions._shared import schedule_entity_linking
 from memory.graph.transfer import load_entity, load_relation
 from memory.models import Memory, MemoryEntity, MemoryEvent
 from memory.text.embeddings import embed, embed_words
+from memory.text.language import detect
 from memory.transfer_format import (
     ENTITY,
     ENTITY_LINK,
@@ -295,6 +296,8 @@ def _load_rows(target: Target, kind: str, rows: list[dict[str, Any]]) -> Outcome
     fresh = [o for o in objects if _natural_key(kind, o) not in present]
     # Two records of one row in the file: the first counts.
     unique = list({_natural_key(kind, o): o for o in reversed(fresh)}.values())[::-1]
+    if kind == MEMORY:
+        fields = (*fields, "language")
     columns = [model._meta.get_field("project"), *(_field(model, name) for name in fields)]
     if unique:
         model._base_manager._insert(  # type: ignore[attr-defined]
@@ -340,11 +343,14 @@ def _adjust(target: Target, kind: str, row: dict[str, Any]) -> None:
         row["results"] = _remap_ids(target, row["results"])
         row["reversal"] = _remap_ids(target, row["reversal"])
         row["graph"] = _remap_edges(target, row["graph"])
-    elif kind == MEMORY and row["seq"] is None:
-        # A source that has no insertion order (import_mem0): this instance's next.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT nextval('memory_memory_seq')")
-            row["seq"] = cursor.fetchone()[0]
+    elif kind == MEMORY:
+        # Worked out again here, as the embedding is (not in the file).
+        row["language"] = detect(row["text"])
+        if row["seq"] is None:
+            # A source that has no insertion order (import_mem0): this instance's next.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT nextval('memory_memory_seq')")
+                row["seq"] = cursor.fetchone()[0]
     elif kind == ENTITY_LINK and row["vertex_id"] is not None:
         row["vertex_id"] = target.vertex_ids.get(row["vertex_id"])
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.db.models import F, Func
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from pgvector.django import VectorField
@@ -17,8 +18,16 @@ from pgvector.django import VectorField
 from memory.models.scopes import SCOPE_FIELDS, SCOPE_MAX_LENGTH
 from tenants.models import Project
 
-# The text search configuration for keywords: English stop words and Snowball stems.
-TEXT_SEARCH_CONFIG = "english"
+
+def _keywords(column: str, weight: str) -> SearchVector:
+    """A column's weighted keywords in the memory's language: the database functions of
+    migration 0033 (engram_text_config maps the language to its text-search configuration,
+    engram_keyword_text cuts Chinese, Japanese and Korean into character pairs)."""
+    return SearchVector(
+        Func(F(column), function="engram_keyword_text", output_field=models.TextField()),
+        weight=weight,
+        config=Func(F("language"), function="engram_text_config", output_field=models.TextField()),
+    )
 
 
 def metadata_error(value: object) -> str | None:
@@ -129,10 +138,13 @@ class Memory(Scoped):
     # never returned.
     context_before = models.TextField(blank=True, default="")
     context_after = models.TextField(blank=True, default="")
+    # The text's language (ISO 639-1, memory.text.language.detect), filled by the actions that
+    # write the text; its keywords (and its context's) are stemmed as that language's.
+    language = models.CharField(max_length=8, blank=True, default="")
     search_vector = models.GeneratedField(
-        expression=SearchVector("text", weight="A", config=TEXT_SEARCH_CONFIG)
-        + SearchVector("context_before", weight="B", config=TEXT_SEARCH_CONFIG)
-        + SearchVector("context_after", weight="C", config=TEXT_SEARCH_CONFIG),
+        expression=_keywords("text", "A")
+        + _keywords("context_before", "B")
+        + _keywords("context_after", "C"),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -524,7 +536,6 @@ from memory.models.profiles import ProfileJob, ProfileSettings, UserProfile  # n
 __all__ = [
     "SCOPE_FIELDS",
     "SCOPE_MAX_LENGTH",
-    "TEXT_SEARCH_CONFIG",
     "EmbeddingSpace",
     "EntityVector",
     "Feedback",

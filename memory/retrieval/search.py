@@ -8,11 +8,11 @@ applies:
   one pass over the scope (SCOPE_PASS) gives every row's distance, and a large scope's keyword
   matches with it; a wider one lets the planner walk the HNSW index, with hnsw.iterative_scan
   (set per connection in settings) so a filter cannot starve the results;
-- keyword: the memories with a word of the query (its English stems, OR-ed) in the weighted
-  tsvector, ranked by BM25 over the scope (scoring explains the formula). CTEs work out each
-  query word's IDF from the scope (KEYWORD_CTES), find the matches once and score them; the
-  candidates are the best of them, and every candidate's keyword column is its score there (0
-  for a candidate that has no query word);
+- keyword: the memories with a word of the query (its stems in the query's language, OR-ed:
+  memory.text.language) in the weighted tsvector, ranked by BM25 over the scope (scoring
+  explains the formula). CTEs work out each query word's IDF from the scope (KEYWORD_CTES),
+  find the matches once and score them; the candidates are the best of them, and every
+  candidate's keyword column is its score there (0 for a candidate that has no query word);
 - window (when the query names a time window: memory.text.temporal): the scope's memories
   whose event time (created_at) falls in it, closest in meaning first.
 
@@ -52,7 +52,6 @@ from django.db.models.sql.where import AND, OR, WhereNode
 
 from memory.models import (
     SCOPE_FIELDS,
-    TEXT_SEARCH_CONFIG,
     EntityVector,
     Memory,
     MemoryQuerySet,
@@ -138,7 +137,8 @@ MATCHING = (
 DOCUMENT = "search_vector || ''::tsvector"
 KEYWORD_CTES = f"""keyword_terms AS MATERIALIZED (
     SELECT t.lexeme, {LEXEME_QUERY.format("t.lexeme")} AS q
-    FROM unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', %s))) AS t(lexeme)
+    FROM unnest(tsvector_to_array(to_tsvector(engram_text_config(%s), engram_keyword_text(%s))))
+        AS t(lexeme)
     LIMIT {MAX_KEYWORD_TERMS}
 ), keyword_sample AS MATERIALIZED (<sample>
 ), keyword_scope AS MATERIALIZED (
@@ -290,7 +290,9 @@ def hybrid_search(
     # entity column is probed on the unique (memory, entity_name) index, once per candidate. The
     # names matched by meaning are found once, in a CTE the entity column reads (the query words'
     # vectors are sent once, in a CTE of their own: a dozen words' are 40 kB of text).
-    ctes, cte_params = _keyword_ctes(scope, query.keywords, vector_literal if exact else None)
+    ctes, cte_params = _keyword_ctes(
+        scope, (query.language, query.keywords), vector_literal if exact else None
+    )
     if similar is not None:
         similar_sql, similar_params = _similar_ctes(*similar)
         ctes, cte_params = f"{similar_sql}, {ctes}", (*similar_params, *cte_params)
@@ -429,16 +431,18 @@ def _candidate_queries(
 
 
 def _keyword_ctes(
-    scope: tuple[str, tuple[Any, ...]], query: str, vector_literal: str | None = None
+    scope: tuple[str, tuple[Any, ...]],
+    query: tuple[str, str],
+    vector_literal: str | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     """The keyword CTEs (KEYWORD_CTES) over the scope (_scope_where): their SQL and parameters.
     With the query's vector (the exact path), they read the scope in a single pass
     (SCOPE_PASS) that the semantic candidates read too; without, the keyword matches of a large
-    scope are a scan of their own."""
+    scope are a scan of their own. `query`: the query's language and keyword text."""
     where, where_params = scope
     # Fixed SQL text (DOCUMENT, MATCHING, SCOPE_PASS) around the scope's compiled condition.
     sample_sql = f"SELECT id, {DOCUMENT} AS document FROM memory_memory WHERE {where} LIMIT %s"  # noqa: S608
-    head = (query, *where_params, KEYWORD_SAMPLE, FREQUENT_FROM)
+    head = (*query, *where_params, KEYWORD_SAMPLE, FREQUENT_FROM)
     if vector_literal is None:
         matches_sql = (
             f"SELECT id, {DOCUMENT} AS document FROM memory_memory "  # noqa: S608

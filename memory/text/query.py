@@ -34,6 +34,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from memory.text.embeddings import active_space, embed_query, embed_words, vocabulary_words
+from memory.text.language import detect
 from memory.text.recognise import query_names, query_words
 from memory.text.reference import typical_match
 from memory.text.temporal import Window, time_window
@@ -57,6 +58,9 @@ class Query:
     window: Window | None
     # The words the keyword signal matches: the text without the scope's own names.
     keywords: str
+    # The query's language (ISO 639-1, memory.text.language.detect): its keywords are stemmed as
+    # that language's.
+    language: str
     # The scope's own names the analysis read as its subject; None: not looked for yet.
     own_names: frozenset[str] | None = None
     # The query's closest cosine among the reference facts (memory.text.reference): how close
@@ -113,6 +117,7 @@ def _analysed(
         word_vectors=_word_vectors_of(neutral) if names else None,
         window=window,
         keywords=keywords,
+        language=detect(text),
         own_names=own,
         model=active_space().name,
     )

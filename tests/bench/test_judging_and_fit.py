@@ -28,7 +28,7 @@ def search(
 ) -> judging.Search:
     query = Query(
         text=question, vector="", names=(), word_vectors=None, window=None, keywords=question,
-        typical=0.4, model="local:test",
+        language="en", typical=0.4, model="local:test",
     )  # fmt: skip
     return judging.Search(user, question, query, list(signals), [{"fact": i} for i in ids])
 

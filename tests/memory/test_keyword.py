@@ -16,11 +16,12 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
 
-from memory.models import TEXT_SEARCH_CONFIG, Memory
+from memory.models import Memory
 from memory.queries import scope_memories
 from memory.retrieval import search
 from memory.retrieval.scoring import BM25_B, BM25_K1, bounded_keyword
 from memory.retrieval.search import LEXEME_QUERY, hybrid_search
+from memory.text.language import detect
 from memory.text.query import analyse
 from tenants.db import project_context
 from tests.base import BaseTestCase
@@ -72,7 +73,9 @@ class KeywordSignalTestCase(BaseTestCase):
             )
             docs = {text: (set(words), size) for text, words, size in cursor.fetchall()}
             cursor.execute(
-                f"SELECT tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', %s))", [query]
+                "SELECT tsvector_to_array(to_tsvector(engram_text_config(%s), "
+                "engram_keyword_text(%s)))",
+                [detect(query), query],
             )
             terms = cursor.fetchone()[0]
         n = len(docs)
@@ -125,13 +128,14 @@ class LexemeQueryTestCase(HypothesisTestCase):
         """The query of one lexeme (quotes and backslashes escaped) parses for any lexeme
         Postgres makes, and matches the text it came from."""
         text = text.replace("\x00", "")
+        document = "to_tsvector(engram_text_config(%s), engram_keyword_text(%s))"
         sql = (
-            f"SELECT t.lexeme, to_tsvector('{TEXT_SEARCH_CONFIG}', %s) @@ "  # noqa: S608
-            f"{LEXEME_QUERY.format('t.lexeme')} FROM unnest(tsvector_to_array("
-            f"to_tsvector('{TEXT_SEARCH_CONFIG}', %s))) AS t(lexeme)"
+            f"SELECT t.lexeme, {document} @@ {LEXEME_QUERY.format('t.lexeme')} "  # noqa: S608
+            f"FROM unnest(tsvector_to_array({document})) AS t(lexeme)"
         )
+        language = detect(text)
         with connection.cursor() as cursor:
-            cursor.execute(sql, [text, text])
+            cursor.execute(sql, [language, text, language, text])
             rows: list[tuple[str, Any]] = cursor.fetchall()
         assert all(matched for _, matched in rows), rows
 
@@ -158,7 +162,7 @@ class LargeScopeTestCase(BaseTestCase):
         with project_context(self.project.pk):
             scope = search._scope_where(scope_memories(self.project.pk, scope_of("dana")).active())
             for vector in (None, analyse(query).vector):
-                ctes, params = search._keyword_ctes(scope, query, vector)
+                ctes, params = search._keyword_ctes(scope, (detect(query), query), vector)
                 with connection.cursor() as cursor:
                     cursor.execute(
                         f"WITH {ctes} SELECT m.text FROM keyword_matches k "  # noqa: S608
