@@ -6,7 +6,8 @@ A recorded search is told apart by its scope's user id (as the benchmarks name t
 question:
 
   - bench/assistant.py (`<persona>-assistant-<run>`), one data set per file of bench/data/
-    (assistant, assistant-heldout, work, support): a question the persona's facts answer (its
+    (assistant, assistant-heldout, work, support), and bench/languages.py --split fit (one set,
+    languages: bench/data/languages/'s personas a fit may use): a question the persona's facts answer (its
     answers are relevant), or an off-topic one (nothing is; the facts it may cite are neither);
   - bench/locomo.py (`locomo-<sample>-<run>`): a question of the conversation (its evidence
     turns are relevant), or another conversation's (nothing is);
@@ -38,11 +39,14 @@ SHARED = ROOT.parent / "shared" / "data"
 DATA = ROOT / "bench" / "data"
 # The assistant-style sets, by the name the tables give them. support.json is the held-out set:
 # bench/fit_ranker.py leaves it out of every fit.
+# "languages": the personas of bench/data/languages/ a fit may use, one per language (the
+# held-out ones, <lang>-heldout.json, are in no set: never recorded, never fitted).
 PERSONA_SETS = {
-    "assistant": DATA / "assistant.json",
-    "assistant-heldout": DATA / "assistant-heldout.json",
-    "work": DATA / "work.json",
-    "support": DATA / "support.json",
+    "assistant": [DATA / "assistant.json"],
+    "assistant-heldout": [DATA / "assistant-heldout.json"],
+    "work": [DATA / "work.json"],
+    "support": [DATA / "support.json"],
+    "languages": sorted(p for p in (DATA / "languages").glob("*.json") if "-heldout" not in p.stem),
 }
 SETS = (*PERSONA_SETS, "locomo", "longmemeval")
 SCOPES = re.compile(r"(?:(?P<persona>.+)-assistant|locomo-(?P<sample>.+)|lme-(?P<question>.+))-\w+")
@@ -120,9 +124,10 @@ class Labeller:
 
     def __init__(self) -> None:
         self.personas: dict[str, tuple[str, dict[str, Any]]] = {}
-        for name, path in PERSONA_SETS.items():
-            for persona in json.loads(path.read_text())["personas"]:
-                self.personas[persona["user_id"]] = (name, persona)
+        for name, paths in PERSONA_SETS.items():
+            for path in paths:
+                for persona in json.loads(path.read_text())["personas"]:
+                    self.personas[persona["user_id"]] = (name, persona)
         self.locomo = {
             s["sample_id"]: {
                 q["question"]: frozenset(evidence_ids(q["evidence"]))

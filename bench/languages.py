@@ -135,7 +135,8 @@ def main() -> None:
     personas, names = [], {}
     for path in paths:
         for data in json.loads(path.read_text())["personas"]:
-            user_id = f"{data['user_id']}-{path.stem}-{tag}"
+            # As bench/assistant.py names its scopes (bench/judging.py reads them).
+            user_id = f"{data['user_id']}-assistant-{tag}"
             personas.append(Persona(data, user_id, [key_words(f) for f in data["facts"]]))
             names[user_id] = path.stem
     api = Api(args.host, args.api_key)

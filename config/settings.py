@@ -302,8 +302,13 @@ SPECTACULAR_SETTINGS = {
 # --- Memory ----------------------------------------------------------------------------------
 # The local embedding model (ENGRAM_EMBEDDER=local): all-MiniLM-L6-v2 (384 dimensions, the
 # default) or all-mpnet-base-v2 (768 dimensions: ranks better, at about 5x the embedding time per
-# text and 5 times the files; docs/configuration.md). `make model` exports the one named here.
-LOCAL_MODEL_DIMENSIONS = {"all-MiniLM-L6-v2": 384, "all-mpnet-base-v2": 768}
+# text and 5 times the files), both English only, or multilingual-e5-small (384 dimensions,
+# about 100 languages; docs/configuration.md). `make model` exports the one named here.
+LOCAL_MODEL_DIMENSIONS = {
+    "all-MiniLM-L6-v2": 384,
+    "all-mpnet-base-v2": 768,
+    "multilingual-e5-small": 384,
+}
 ENGRAM_LOCAL_MODEL = env_choice(
     "ENGRAM_LOCAL_MODEL", "all-MiniLM-L6-v2", tuple(LOCAL_MODEL_DIMENSIONS)
 )

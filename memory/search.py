@@ -26,6 +26,7 @@ from memory import graph, queries, rerank
 from memory.models import MemoryQuerySet
 from memory.retrieval.search import ScoredMemory, hybrid_search, pinned_scope
 from memory.text.embeddings import active_space, in_process
+from memory.text.language import foreign_to
 from memory.text.query import Query, analyse, with_own_names
 from memory.text.recognise import query_names
 from tenants.db import project_context
@@ -57,6 +58,9 @@ class Found:
     # What the reranker's call used (calls, input tokens, output tokens), failed or not; None
     # when none was called. The entry point counts it (actions.do_count_rerank).
     rerank_usage: tuple[int, int, int] | None = None
+    # The query's language when the embedding model does not serve it (then the hits are its
+    # keyword matches only: foreign_language_hits); None otherwise.
+    foreign_language: str | None = None
 
     @property
     def returned(self) -> int:
@@ -148,17 +152,38 @@ def search(
     query = own_names(project_id, memories, query)
     pending = rerank_asked and rerank.configured()
     fetched = max(top_k, settings.ENGRAM_RERANK_TOP_N) if pending else top_k
-    hits = hybrid_search(memories, query, top_k=fetched, threshold=threshold)
+    ranked = hybrid_search(memories, query, top_k=fetched, threshold=threshold)
+    foreign = foreign_to(query.text, active_space().languages)
+    hits = foreign_language_hits(ranked) if foreign else list(ranked)
     ids = [hit.memory.id for hit in hits]
     return Found(
-        list(hits),
+        hits,
         queries.linked_memory_ids(project_id, ids) if linked else {},
         queries.search_relations(project_id, relations_of, query, ids)
         if relations_of is not None
         else None,
-        hits.best,
+        ranked.best,
         reranked=False if rerank_asked else None,
         top_k=top_k if pending else None,
+        foreign_language=foreign,
+    )
+
+
+def foreign_language_hits(hits: list[ScoredMemory]) -> list[ScoredMemory]:
+    """What a search can honestly answer in a language its embedding model was not trained on
+    (a Chinese question of an English model, whose cosines are then near 1 for everything):
+    the hits that share a word with the query (its keyword signal), none on meaning alone."""
+    return [hit for hit in hits if hit.score.bm25 > 0]
+
+
+def foreign_language_warning(found: Found) -> str | None:
+    """The warning an answer carries when its query's language is not the model's."""
+    if found.foreign_language is None:
+        return None
+    return (
+        f"The query looks {found.foreign_language!r}, a language the embedding model "
+        f"({active_space().name}) was not trained on: only memories sharing a word with it are "
+        "returned. A multilingual model serves it (docs/languages.md)."
     )
 
 

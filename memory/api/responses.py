@@ -132,6 +132,12 @@ class SearchVerdictSerializer(Closed):
         "False: they keep the fused order (no reranker configured, or it was slow, down or "
         "answered something unusable).",
     )
+    warning = serializers.CharField(
+        required=False,
+        help_text="Only when the query's language is one the embedding model was not trained "
+        "on (an English model asked in Chinese): then only memories sharing a word with the "
+        "query are returned, since its meaning cannot be compared (docs/languages.md).",
+    )
 
 
 class SearchResultsSerializer(SearchVerdictSerializer):
@@ -653,6 +659,15 @@ SEARCH_HEADERS = [
         required=True,
         description="Whether the results are in the reranker's order: true only when rerank "
         "was asked and done (the body's reranked).",
+    ),
+    OpenApiParameter(
+        "Engram-Foreign-Language",
+        {"type": "string"},
+        OpenApiParameter.HEADER,
+        response=[200],
+        description="The query's language (ISO 639-1) when the embedding model was not trained "
+        "on it; then only memories sharing a word with the query are returned (the body's "
+        "warning).",
     ),
 ]
 SEARCH_V3 = PolymorphicProxySerializer(

@@ -304,14 +304,17 @@ def search_memories(
 
 def search_text(found: searching.Found, results: list[dict[str, Any]]) -> str:
     """The results for the model; when there are none, that nothing stored is about the query
-    (not a failure: a reason to answer without memory), and how near the best came."""
+    (not a failure: a reason to answer without memory), and how near the best came; and the
+    warning of a query in a language the embedding model does not serve."""
+    warning = searching.foreign_language_warning(found)
+    note = f"\n(Note: {warning})" if warning else ""
     if not found.nothing_relevant:
-        return lines(results)
+        return lines(results) + note
     if found.best is None:
-        return "Nothing relevant: no memory is stored in this scope."
+        return "Nothing relevant: no memory is stored in this scope." + note
     return (
         f"Nothing relevant: no memory is about this (the closest scored {found.best:.2f}, "
-        "below the relevance threshold). Answer without relying on memory."
+        "below the relevance threshold). Answer without relying on memory." + note
     )
 
 

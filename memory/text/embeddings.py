@@ -119,6 +119,13 @@ class LocalModel:
     # Whether the ONNX graph takes token_type_ids (BERT's) besides the ids and the mask.
     type_ids: bool
     pad_id: int  # the tokenizer's padding token
+    # What the model was trained to read before a search query and before anything else (the
+    # texts searched, entity names, words): E5's "query: " and "passage: ".
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    # The languages it was trained on and measured in (ISO 639-1); a query in another is
+    # answered with a warning (memory.search). Empty: any.
+    languages: frozenset[str] = frozenset()
 
     @property
     def pins(self) -> Path:
@@ -126,12 +133,23 @@ class LocalModel:
 
 
 # The local models: all-MiniLM-L6-v2 (the default: 6 layers, fast) and all-mpnet-base-v2 (12
-# layers, 768 dimensions: better rankings at about 5x the cost per text; docs/benchmarks.md).
+# layers, 768 dimensions: better rankings at about 5x the cost per text; docs/benchmarks.md),
+# both English only; multilingual-e5-small (12 layers, 384 dimensions, about 100 languages,
+# from 4-bit weights: scripts/export_onnx.py).
+ENGLISH = frozenset({"en"})
 LOCAL_MODELS = {
     model.name: model
     for model in (
-        LocalModel("all-MiniLM-L6-v2", 384, type_ids=True, pad_id=0),
-        LocalModel("all-mpnet-base-v2", 768, type_ids=False, pad_id=1),
+        LocalModel("all-MiniLM-L6-v2", 384, type_ids=True, pad_id=0, languages=ENGLISH),
+        LocalModel("all-mpnet-base-v2", 768, type_ids=False, pad_id=1, languages=ENGLISH),
+        LocalModel(
+            "multilingual-e5-small",
+            384,
+            type_ids=True,
+            pad_id=1,
+            query_prefix="query: ",
+            passage_prefix="passage: ",
+        ),
     )
 }
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
@@ -218,7 +236,7 @@ class OnnxSentenceModel:
         if not self.quantized_queries:
             return self.session
         quantized = _session(self.model_dir / QUERY_MODEL_FILE, self.threads)
-        rows = self._tokenize(AGREEMENT_TEXTS, None)
+        rows = self._tokenize(AGREEMENT_TEXTS, None, self.model.passage_prefix)
         full = np.vstack([self._embed_batch([row]) for row in rows])
         copied = np.vstack([self._embed_batch([row], quantized) for row in rows])
         worst = float((full * copied).sum(axis=1).min())
@@ -240,13 +258,14 @@ class OnnxSentenceModel:
         """One search query's vector, through query_session. One text a run: the int8 model
         quantizes its activations over the whole batch, so a batch would move each text's
         vector by its neighbours' (up to 0.02 an element)."""
-        vector: Vectors = self._embed_batch(self._tokenize([text], None), self.query_session)[0]
+        rows = self._tokenize([text], None, self.model.query_prefix)
+        vector: Vectors = self._embed_batch(rows, self.query_session)[0]
         return vector
 
     def embed(self, texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        rows = self._tokenize(texts, max_tokens)
+        rows = self._tokenize(texts, max_tokens, self.model.passage_prefix)
         # Batches of similar lengths pad less; results are put back in the caller's order.
         order = sorted(range(len(texts)), key=lambda i: len(rows[i]))
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
@@ -256,19 +275,22 @@ class OnnxSentenceModel:
             release_free_memory()
         return out
 
-    def _tokenize(self, texts: Sequence[str], max_tokens: int | None) -> list[list[int]]:
+    def _tokenize(
+        self, texts: Sequence[str], max_tokens: int | None, prefix: str
+    ) -> list[list[int]]:
         """Each text's token ids (truncated to the window), counted against `max_tokens` as
         they come: tokenizing runs at about 1 MB/s here, so a request over its budget is
         refused after at most the budget's worth of text and one chunk, not all of it.
 
         Only a text's first WINDOW_CHARACTERS are tokenized: 256 tokens of any natural text
         end well before (4-6 characters a token), so the window is the same, and a 20,000-
-        character message costs a fifth of its tokenizing.
+        character message costs a fifth of its tokenizing. Each text is read after `prefix`
+        (the model's query or passage prefix).
         """
         rows: list[list[int]] = []
         tokens = 0
         for start in range(0, len(texts), TOKENIZE_CHUNK):
-            chunk = [t[:WINDOW_CHARACTERS] for t in texts[start : start + TOKENIZE_CHUNK]]
+            chunk = [prefix + t[:WINDOW_CHARACTERS] for t in texts[start : start + TOKENIZE_CHUNK]]
             encoded = [e.ids for e in self.tokenizer.encode_batch(chunk)]
             tokens += sum(map(len, encoded))
             check_budget(tokens, max_tokens)
@@ -421,6 +443,15 @@ class Space:
             return f"openai-compatible:{self.model}"
         # A local space recorded before there was a choice of local model has no model: MiniLM.
         return f"local:{self.model or DEFAULT_LOCAL_MODEL}"
+
+    @property
+    def languages(self) -> frozenset[str]:
+        """The languages its model serves (LocalModel.languages); empty: any, or not known (a
+        hosted model's are its own)."""
+        if self.embedder != "local":
+            return frozenset()
+        model = LOCAL_MODELS.get(self.model or DEFAULT_LOCAL_MODEL)
+        return model.languages if model is not None else frozenset()
 
     def same_model(self, other: Space) -> bool:
         """Whether vectors of `other` are vectors of this space: the same model and dimension

@@ -62,6 +62,15 @@ DETECTED = (*CONFIGURATIONS, *SIMPLE)
 # deployment's default. On short texts: "Qué come Ana" 0.48 Spanish, "Wo wohnt Jürgen?" 0.70
 # German, "Berlin" 0.11 (Turkish), "python" 0.15 (Polish).
 MIN_CONFIDENCE = 0.3
+# foreign_to(): a language is "sure" at this probability; and a text whose letters are less than
+# this share Latin is of another script than a Latin-script language's.
+SURE = 0.9
+LATIN_SHARE = 0.5
+# The detected languages not written in Latin letters.
+NON_LATIN = frozenset(
+    {"ar", "hy", "el", "hi", "ne", "ru", "sr", "ta", "uk", "bg", "fa", "he", "th"}
+)
+NON_LATIN |= {"zh", "ja", "ko"}
 # Characters of a text the detector reads (its cost grows with the length).
 MAX_DETECTED = 2000
 
@@ -87,6 +96,26 @@ def detect(text: str) -> str:
         return default_language()
     code, probability = _identifier().classify(sample)
     return str(code) if probability >= MIN_CONFIDENCE else default_language()
+
+
+def foreign_to(text: str, languages: frozenset[str]) -> str | None:
+    """The language of `text` when it is none of `languages` (a model's) and sure to be so: its
+    letters are mostly of another script than the languages' (Cyrillic, Han, Arabic, ...), or
+    the detector is at least SURE of it. None otherwise: a short question in Latin letters
+    ("Does Søren play chess?", Danish at 0.34) is no proof that an English model cannot read it.
+    """
+    sample = text[:MAX_DETECTED]
+    letters = [c for c in sample if c.isalpha()]
+    if not languages or not letters:
+        return None
+    code, probability = _identifier().classify(sample)
+    if code in languages or probability < MIN_CONFIDENCE:
+        return None
+    latin = sum(1 for c in letters if c < "\u0250") / len(letters)
+    latin_languages = not languages & NON_LATIN
+    if (latin_languages and latin < LATIN_SHARE) or probability >= SURE:
+        return str(code)
+    return None
 
 
 def configuration(code: str) -> str:

@@ -117,7 +117,7 @@ def _analysed(
         word_vectors=_word_vectors_of(neutral) if names else None,
         window=window,
         keywords=keywords,
-        language=detect(text),
+        language=detect(neutral),
         own_names=own,
         model=active_space().name,
     )

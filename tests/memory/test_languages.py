@@ -8,6 +8,8 @@ the search statement."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import connection
 from django.test import override_settings
 
@@ -19,7 +21,7 @@ from memory.text.language import CONFIGURATIONS, detect
 from memory.text.query import analyse
 from tenants.db import project_context
 from tests.base import BaseTestCase
-from tests.factory import add_texts
+from tests.factory import add_texts, auth
 
 # (language, a memory, a question that shares a word with it only once both are stemmed or cut
 # into character pairs, a memory of the same scope that shares none)
@@ -113,3 +115,43 @@ class KeywordsPerLanguageTestCase(BaseTestCase):
             stored = Memory.objects.get(pk=memory.pk)
         assert stored.language == "zh"
         assert self.bm25("editor", "杭州")["我在杭州的一家电商公司工作。"] > 0
+
+
+@override_settings(ENGRAM_CONVERSATION_GAP_SECONDS=0)  # each text its own conversation
+class ForeignLanguageTestCase(BaseTestCase):
+    """The English model asked in another script answers with keyword matches only, and says
+    so in the body (`warning`) and a header; an English question, or one in Latin letters it
+    cannot be sure of, is answered as before."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        project = self.alice.key.project
+        with project_context(project.pk):
+            for text in ("我在杭州的一家电商公司工作。", "我喜欢喝绿茶。", "I work as a nurse."):
+                add_texts(project, [text], user_id="mei")
+
+    def search(self, query: str, threshold: float = 0) -> Any:
+        return self.client.post(
+            "/v3/memories/search/",
+            {"query": query, "filters": {"user_id": "mei"}, "threshold": threshold},
+            content_type="application/json",
+            headers=auth(self.alice.raw),
+        )
+
+    def test_a_chinese_query_of_the_english_model_returns_its_keyword_matches_only(self) -> None:
+        response = self.search("她在杭州做什么工作？")
+        body = response.json()
+        assert [r["memory"] for r in body["results"]] == ["我在杭州的一家电商公司工作。"]
+        assert "'zh'" in body["warning"] and "all-MiniLM-L6-v2" in body["warning"]
+        assert response.headers["Engram-Foreign-Language"] == "zh"
+        # Nothing shares a word with it: nothing is returned, even at threshold 0.
+        nothing = self.search("她养猫吗？")
+        assert nothing.json()["results"] == [] and nothing.json()["nothing_relevant"] is True
+
+    def test_an_english_or_an_uncertain_latin_query_is_answered_as_before(self) -> None:
+        for query in ("What does she do for a living?", "Does Søren play chess?"):
+            response = self.search(query)
+            body = response.json()
+            assert "warning" not in body, query
+            assert "Engram-Foreign-Language" not in response.headers, query
+            assert len(body["results"]) == 3, query

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory.models import Memory
-from memory.search import Found
+from memory.search import Found, foreign_language_warning
 
 
 def memory_data(memory: Memory, linked: Sequence[uuid.UUID] | None = None) -> dict[str, Any]:
@@ -50,12 +50,17 @@ def search_verdict(found: Found) -> dict[str, Any]:
     """Whether nothing passed the threshold (`nothing_relevant`) and, when so, how near the
     search came (`best_score`: the best score of any memory considered, rounded as `score`;
     None when the scope holds no memory); with rerank asked, whether the results are in the
-    reranker's order (`reranked`). Mem0's clients ignore keys they do not know."""
-    reranked = {} if found.reranked is None else {"reranked": found.reranked}
+    reranker's order (`reranked`); when the query's language is not the embedding model's, a
+    `warning` that says so (memory.search.foreign_language_hits). Mem0's clients ignore keys
+    they do not know."""
+    extra: dict[str, Any] = {} if found.reranked is None else {"reranked": found.reranked}
+    warning = foreign_language_warning(found)
+    if warning is not None:
+        extra["warning"] = warning
     if not found.nothing_relevant:
-        return {"nothing_relevant": False, **reranked}
+        return {"nothing_relevant": False, **extra}
     best = None if found.best is None else round(found.best, 6)
-    return {"nothing_relevant": True, "best_score": best, **reranked}
+    return {"nothing_relevant": True, "best_score": best, **extra}
 
 
 # The response headers that say the same on every search answer: a bare list (v1 and v2
@@ -63,6 +68,8 @@ def search_verdict(found: Found) -> dict[str, Any]:
 NOTHING_RELEVANT_HEADER = "Engram-Nothing-Relevant"
 BEST_SCORE_HEADER = "Engram-Best-Score"
 RERANKED_HEADER = "Engram-Reranked"
+# The query's language, when the embedding model does not serve it (the body's `warning`).
+FOREIGN_LANGUAGE_HEADER = "Engram-Foreign-Language"
 
 
 def search_headers(found: Found) -> dict[str, str]:
@@ -73,4 +80,6 @@ def search_headers(found: Found) -> dict[str, str]:
     if found.best is not None:
         headers[BEST_SCORE_HEADER] = str(round(found.best, 6))
     headers[RERANKED_HEADER] = "true" if found.reranked else "false"
+    if found.foreign_language is not None:
+        headers[FOREIGN_LANGUAGE_HEADER] = found.foreign_language
     return headers
