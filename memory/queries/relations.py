@@ -7,6 +7,8 @@ May import memory.queries.core (matching), memory.graph, memory.models,
 memory.retrieval.filters, memory.text (query, recognise) and tenants.db.
 """
 
+# ruff: noqa: RUF001 (the forms of other languages, in their own scripts)
+
 from __future__ import annotations
 
 import uuid
@@ -26,9 +28,19 @@ from memory.text.query import Query
 SEARCH_RELATIONS = 20
 # Memories read to find which of a query's names the scope's own user or agent goes by.
 OWN_NAME_MEMORIES = 50
+# The forms of other languages (recognise._OWN_NAME_WORLD and _CJK_FIRST), a superset of them.
+OWN_NAME_WORLD = (
+    r"text ~* '(ich\s+hei(ß|ss)e|mein\s+name\s+ist|me\s+llamo|mi\s+nombre\s+es"
+    r"|je\s+m(''|\u2019)appelle|mon\s+nom\s+est|mi\s+chiamo|il\s+mio\s+nome\s+è"
+    r"|meu\s+nome\s+é|me\s+chamo|ik\s+heet|mijn\s+naam\s+is"
+    r"|[мМ]еня\s+зовут|[мМ]о[её]\s+имя|[мМ]ене\s+звати|मेरा\s+नाम|اسمي"
+    r"|我叫|我的名字|我名叫|名前は|[제내]\s*이름은)'"
+    r" OR text ~ '^\s*[\u3400-\u4dbf\u4e00-\u9fff\u30a0-\u30ff\uac00-\ud7af]{2,4}"
+    r"(です|と申します|といいます)'"
+)
 # The active memories that may say what their first person is called (a superset of what
-# recognise.own_names reads): the condition of the partial index memory_own_names_v3 (memory
-# migration 0032), character for character, so the planner reads that index.
+# recognise.own_names reads): the condition of the partial index memory_own_names_v4 (memory
+# migration 0034), character for character, so the planner reads that index.
 OWN_NAME_PREDICATE = (
     "state = 'active' AND ("
     r"text ~* '\m(my|user''s)\s+((first|full|given)\s+)?name(\s+is|''s|\u2019s)\M"
@@ -36,11 +48,19 @@ OWN_NAME_PREDICATE = (
     r"|^\s*full\s+name\M|\mcalls?\s+me\M|\m(i|user)\s+go(es)?\s+by\M"
     r"|\m(i''m|i\u2019m|i\s+am|user\s+is)\s+(called|named)\M"
     r"|\mis\s+my\s+((first|full|given)\s+)?name\M'"
-    r" OR text ~ '\m[Ii](''|\u2019)m\s+[[:upper:]]|\m[Ii]\s+am\s+[[:upper:]]')"
+    r" OR text ~ '\m[Ii](''|\u2019)m\s+[[:upper:]]|\m[Ii]\s+am\s+[[:upper:]]'"
+    f" OR {OWN_NAME_WORLD})"
 )
+
+
+def _braces(sql: str) -> str:
+    """`sql` as literal text of a str.format() template (its regular expressions' {2,4})."""
+    return sql.replace("{", "{{").replace("}", "}}")
+
+
 OWN_NAMES_SQL = f"""
 SELECT m.text FROM memory_memory m
-WHERE m.project_id = %(project)s AND {{scope}} AND {OWN_NAME_PREDICATE}
+WHERE m.project_id = %(project)s AND {{scope}} AND {_braces(OWN_NAME_PREDICATE)}
 AND EXISTS (
     SELECT FROM unnest(%(names)s::text[]) AS n(name) WHERE strpos(lower(m.text), n.name) > 0
 )

@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from memory.text.embeddings import active_space, embed_query, embed_words, vocabulary_words
 from memory.text.language import detect
-from memory.text.recognise import query_names, query_words
+from memory.text.recognise import CJK_NAME, query_names, query_words
 from memory.text.reference import typical_match
 from memory.text.temporal import Window, time_window
 
@@ -103,12 +103,15 @@ def _analysed(
     own = frozenset(own_names) if own_names is not None else None
     neutral, keywords = neutralise(text, own or (), subject)
     names = tuple(n for n in query_names(neutral) if n not in (own or ()))
+    language = detect(neutral)
     if embedding is not None:
         vector = embedding
-    elif neutral != text:
+    elif neutral != text and language == "en":
         vector = embed_query(neutral, first_person(text, own or ()))
     else:
-        vector = embed_query(text)
+        # The first person's reading is English grammar's (first_person): another language's
+        # question is read as about the user only.
+        vector = embed_query(neutral)
     return Query(
         text=text,
         vector=literal(vector),
@@ -117,7 +120,7 @@ def _analysed(
         word_vectors=_word_vectors_of(neutral) if names else None,
         window=window,
         keywords=keywords,
-        language=detect(neutral),
+        language=language,
         own_names=own,
         model=active_space().name,
     )
@@ -185,7 +188,20 @@ def _names_pattern(own_names: Collection[str]) -> re.Pattern[str] | None:
     the longest first, with its possessive ("'s") as group 2; None without names."""
     if not own_names:
         return None
-    return re.compile(rf"(?<!\w)({_alternatives(own_names)})(['\u2019]s)?(?!\w)", re.IGNORECASE)
+    spaced = [n for n in own_names if not _CJK.fullmatch(n)]
+    unspaced = [n for n in own_names if _CJK.fullmatch(n)]
+    parts = []
+    if spaced:
+        parts.append(rf"(?<!\w)({_alternatives(spaced)})(['\u2019]s)?(?!\w)")
+    if unspaced:
+        # No space or case ends a Chinese, Japanese or Korean name: matched anywhere, with the
+        # honorific that follows it ("佐藤さん", "김지우 씨").
+        parts.append(rf"({_alternatives(unspaced)})(){HONORIFIC}")
+    return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
+
+
+_CJK = re.compile(f"[{CJK_NAME}]+")
+HONORIFIC = r"(?:\s*(?:さん|くん|ちゃん|様|さま|氏|씨|님))?"
 
 
 def _alternatives(own_names: Collection[str]) -> str:

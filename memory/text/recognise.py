@@ -153,6 +153,54 @@ _INTRODUCTION = re.compile(
 )
 
 
+# The same forms in other languages (memory.text.language), the name after them: German, Spanish,
+# French, Italian, Portuguese, Dutch, Russian, Ukrainian, Arabic, Hindi; then Chinese, Japanese
+# and Korean, whose names are runs of characters (CJK_RUN) with no space or case to end them.
+_OWN_NAME_WORLD = re.compile(
+    r"(?:\b(?:ich\s+hei(?:ß|ss)e|mein\s+name\s+ist|me\s+llamo|mi\s+nombre\s+es"
+    r"|je\s+m['\u2019]appelle|mon\s+nom\s+est|mi\s+chiamo|il\s+mio\s+nome\s+è"
+    r"|meu\s+nome\s+é|me\s+chamo|ik\s+heet|mijn\s+naam\s+is"
+    r"|меня\s+зовут|мо[её]\s+имя|мене\s+звати|मेरा\s+नाम)\s+|اسمي\s+"
+    r"|我叫|我的名字(?:是|叫)|我名叫|(?:私の|わたしの)?名前は|[제내]\s*이름은\s*)",
+    re.IGNORECASE,
+)
+# Chinese, Japanese (kanji and katakana) and Korean characters of a name.
+CJK_NAME = "\u3400-\u4dbf\u4e00-\u9fff\u30a0-\u30ff\uac00-\ud7af"
+_CJK_RUN = re.compile(f"[{CJK_NAME}]{{2,8}}")
+# A Japanese introduction at the start: "佐藤美咲です。", "中村と申します".
+_CJK_FIRST = re.compile(f"^\\s*(?P<name>[{CJK_NAME}]{{2,4}})(?:です|と申します|といいます)")
+# What ends a Korean name in "제 이름은 김지우예요": the copula.
+_KOREAN_ENDING = re.compile("(?:이에요|예요|입니다|이야|이고|야|고|요)$")
+# Words that end a name written without capitals (Hindi's copula), and punctuation.
+_CASELESS_ENDS = frozenset({"है", "हूँ", "हूं", "हैं", "था", "थी"})
+_NAME_END = ",.;:!?\u060c\u061b\u061f\u0964\u0965"
+
+
+def cjk_names(run: str) -> list[str]:
+    """The names a run of CJK characters after "我叫", "名前は"... may be: its first two to four
+    characters (a family name and given name, with no space to tell where the name ends:
+    "我叫林晓雯在成都工作" gives 林晓, 林晓雯 and 林晓雯在) and the given name alone, its last
+    two of three or four (晓雯, 大輔)."""
+    run = _KOREAN_ENDING.sub("", run)
+    names = [run[:n] for n in range(min(4, len(run)), 1, -1)]
+    names += [run[-2:]] if len(run) in (3, 4) else []
+    return list(dict.fromkeys(names))
+
+
+def _caseless_name(text: str) -> list[str]:
+    """The name that starts `text`, in a script without capitals (its vowel signs are not word
+    characters to a regular expression): up to three words, to punctuation or a copula."""
+    words = []
+    for word in text.split()[:3]:
+        bare = word.rstrip(_NAME_END)
+        if not bare or bare in _CASELESS_ENDS:
+            break
+        words.append(bare)
+        if bare != word:
+            break
+    return words
+
+
 def own_names(text: str) -> list[str]:
     """Normalised names the text says its first person (or its user) goes by: "My name is Mary
     Jane Watson." gives "mary jane watson", "mary jane", "mary" and "jane watson" (a first name
@@ -170,7 +218,22 @@ def own_names(text: str) -> list[str]:
     for match in _INTRODUCTION.finditer(text):
         words = match.group("name").split()
         runs.append(words if all(w[:1].isupper() for w in words) else [])
-    found = []
+    cjk: list[str] = []
+    for match in _OWN_NAME_WORLD.finditer(text):
+        characters = _CJK_RUN.match(text, match.end())
+        if characters is not None:
+            cjk += cjk_names(characters.group())
+            continue
+        following = _NAME_WORDS.match(text, match.end())
+        words = following.group().split() if following else []
+        if words and words[0][:1].isupper():
+            runs.append(list(itertools.takewhile(lambda w: w[:1].isupper(), words)))
+        elif words and not words[0][:1].islower():  # a script without case (Arabic, Hindi)
+            runs.append(_caseless_name(text[match.end() : match.end() + MAX_NAME]))
+    introduced = _CJK_FIRST.match(text)
+    if introduced is not None:
+        cjk += cjk_names(introduced.group("name"))
+    found = [normalise(name) for name in cjk]
     for run in runs:
         words = [_POSSESSIVE.sub("", w) for w in run]
         names = [normalise(" ".join(words[:n])) for n in range(len(words), 0, -1)]
@@ -239,7 +302,23 @@ def query_names(text: str, known_words: int = 3) -> list[str]:
             if stop(i) or stop(i + size - 1) or len(first) < 2 or first.isdigit():
                 continue
             names.append(" ".join(words[i : i + size]))
+    names += _unspaced_names(text[:MAX_TEXT])
     return list(dict.fromkeys(n[:MAX_NAME] for n in names if n))[: 4 * MAX_ENTITIES]
+
+
+def _unspaced_names(text: str) -> list[str]:
+    """The names a query may mean that words of letters alone do not give: in Chinese,
+    Japanese and Korean, every two to four characters of a run (no space ends a name there:
+    "林晓雯是干什么的" holds 林晓雯); in scripts with vowel signs (Hindi), each word and pair of
+    words as spaces and punctuation delimit them."""
+    names = []
+    for run in _CJK_RUN.findall(text):
+        names += [run[i : i + n] for n in (2, 3, 4) for i in range(len(run) - n + 1)]
+    if any("\u0900" <= c <= "\u0dff" for c in text):
+        words = [w.strip(_NAME_END + "\"'") for w in text.split()]
+        words = [w for w in words if w]
+        names += words + [" ".join(words[i : i + 2]) for i in range(len(words) - 1)]
+    return [normalise(name) for name in names]
 
 
 def query_words(text: str) -> list[str]:

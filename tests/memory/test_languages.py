@@ -13,9 +13,11 @@ from typing import Any
 from django.db import connection
 from django.test import override_settings
 
-from memory import actions
+from memory import actions, queries
+from memory import search as searching
 from memory.models import Memory
 from memory.queries import scope_memories
+from memory.retrieval.filters import compile_filters
 from memory.retrieval.search import hybrid_search
 from memory.text.language import CONFIGURATIONS, detect
 from memory.text.query import analyse
@@ -155,3 +157,39 @@ class ForeignLanguageTestCase(BaseTestCase):
             assert "warning" not in body, query
             assert "Engram-Foreign-Language" not in response.headers, query
             assert len(body["results"]) == 3, query
+
+
+class OwnNamesPerLanguageTestCase(BaseTestCase):
+    """A question naming the scope's own user in another language reads the name as the user,
+    as an English one does (memory.text.recognise own_names, the partial index of naming
+    memories): the memory that only says the name no longer matches it by keyword."""
+
+    CASES = [
+        ("katrin", "Ich heiße Katrin Vogel.", "Womit verdient Katrin ihr Geld?", {"katrin"}),
+        ("rodrigo", "Me llamo Rodrigo Salcedo.", "¿A qué se dedica Rodrigo?", {"rodrigo"}),
+        ("dmitri", "Меня зовут Дмитрий Ковалёв.", "Где живёт Дмитрий?", {"дмитрий"}),
+        ("salma", "اسمي سلمى الخطيب، وعمري 29 سنة.", "أين تقيم سلمى حالياً؟", {"سلمى"}),
+        ("rohit", "मेरा नाम रोहित श्रीवास्तव है।", "रोहित कहाँ रहता है?", {"रोहित"}),
+        (
+            "xiaowen",
+            "我叫林晓雯，朋友们都叫我小雯。",
+            "林晓雯是干什么的？",
+            {"林晓雯", "林晓", "晓雯"},
+        ),
+        ("misaki", "佐藤美咲です。", "佐藤さんはどこに住んでいますか？", {"佐藤"}),
+        ("jiwoo", "제 이름은 김지우예요.", "김지우 씨 직업이 뭐예요?", {"김지우", "김지", "지우"}),
+    ]
+
+    def test_the_users_own_name_is_read_as_the_user_in_each_language(self) -> None:
+        project = self.alice.key.project
+        for user, naming, question, own in self.CASES:
+            with self.subTest(user):
+                with project_context(project.pk):
+                    add_texts(project, [naming], user_id=user)
+                memories = queries.matching(project.pk, compile_filters({"user_id": user}))
+                with project_context(project.pk):
+                    query = searching.own_names(
+                        project.pk, memories, searching.prepare(project.pk, memories, question)
+                    )
+                assert query.own_names == frozenset(own)
+                assert not any(name in query.keywords.lower() for name in own), query.keywords

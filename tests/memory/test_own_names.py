@@ -1,6 +1,8 @@
 """Inside a scope, the names its own user goes by count like stop words (memory.search.prepare,
 memory.queries.own_names, memory.text.recognise.own_names, memory.text.query.neutralise)."""
 
+# ruff: noqa: RUF001 (names in other scripts)
+
 from __future__ import annotations
 
 import importlib
@@ -97,6 +99,24 @@ NAMING = [
     ("Name: Juan Pablo Ferreyra", ["juan pablo ferreyra", "juan pablo", "juan", "pablo ferreyra"]),
     ("Full name Will Brennan; originally from Cork", ["will brennan", "will"]),
     ("Client name: Bill Gallagher, owner of Gallagher Plumbing", ["bill gallagher", "bill"]),
+    # Other languages (issue #49): the name after their forms; without case (Arabic, Hindi) to
+    # punctuation or the copula; Chinese, Japanese and Korean names as runs of two to four
+    # characters with the given name alone.
+    ("Ich heiße Katrin Vogel, die meisten nennen mich aber Kati.", ["katrin vogel", "katrin"]),
+    ("Me llamo Rodrigo Salcedo, pero todos me dicen Ro.", ["rodrigo salcedo", "rodrigo"]),
+    ("Je m'appelle Geneviève Tremblay.", ["geneviève tremblay", "geneviève"]),
+    ("Меня зовут Дмитрий Ковалёв, мне 41 год.", ["дмитрий ковалёв", "дмитрий"]),
+    ("اسمي سلمى الخطيب، وعمري 29 سنة.", ["سلمى الخطيب", "سلمى"]),
+    ("मेरा नाम रोहित श्रीवास्तव है, उम्र 24 साल।", ["रोहित श्रीवास्तव", "रोहित"]),
+    ("我叫林晓雯，朋友们都叫我小雯。", ["林晓雯", "林晓", "晓雯"]),
+    ("名前は中村大輔。昭和36年生まれです。", ["中村大輔", "中村大", "中村", "大輔"]),
+    (
+        "佐藤美咲です。友達からは「みさっち」って呼ばれています。",
+        ["佐藤美咲", "佐藤美", "佐藤", "美咲"],
+    ),
+    ("제 이름은 김지우예요. 부산 토박이예요.", ["김지우", "김지", "지우"]),
+    ("Meine Schwester heißt Anja.", []),
+    ("我妹妹叫小雨。", []),
     # Not the first person's name: another's, or no name at all.
     ("My sister is called Ana.", []),
     ("My dog's name is Rex.", []),
@@ -290,7 +310,7 @@ class OwnNamesTestCase(BaseTestCase):
             )
 
     def test_the_partial_index_holds_every_naming_memory(self) -> None:
-        migration = importlib.import_module("memory.migrations.0032_own_name_index_labels")
+        migration = importlib.import_module("memory.migrations.0034_own_name_index_languages")
         assert migration.PREDICATE == OWN_NAME_PREDICATE  # else the planner ignores the index
         naming = [text for text, names in NAMING if names]
         sql = f"SELECT {OWN_NAME_PREDICATE} FROM (SELECT %s::text AS text, 'active' AS state) m"  # noqa: S608
