@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -126,6 +127,16 @@ class LocalModel:
     # The languages it was trained on and measured in (ISO 639-1); a query in another is
     # answered with a warning (memory.search). Empty: any.
     languages: frozenset[str] = frozenset()
+    # Whether the memories' vectors come from the int8 copy too, the full model never loaded
+    # (multilingual-e5-small: its weights are 4-bit ones to begin with; its int8 copy's vectors
+    # have cosine 0.990 at worst with the full model's, at 2.4x the speed and a quarter of the
+    # memory: docs/benchmarks.md), where the copy agrees with the full model on this CPU.
+    int8_everywhere: bool = False
+
+    @property
+    def agreement(self) -> Path:
+        """The full model's vectors of AGREEMENT_TEXTS (int8_everywhere's check), pinned."""
+        return PINS_DIR / f"{self.name}.agreement.json"
 
     @property
     def pins(self) -> Path:
@@ -149,6 +160,7 @@ LOCAL_MODELS = {
             pad_id=1,
             query_prefix="query: ",
             passage_prefix="passage: ",
+            int8_everywhere=True,
         ),
     )
 }
@@ -190,7 +202,6 @@ class OnnxSentenceModel:
         self.model = model
         self.name = model.name
         self.dimensions = model.dimensions
-        self.session = _session(model_dir / MODEL_FILE, threads)
         self.threads = threads
         self.quantized_queries = quantized_queries
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -198,6 +209,31 @@ class OnnxSentenceModel:
         self.tokenizer.no_padding()  # each batch is padded to its longest text (_embed_batch)
         self.model_dir = model_dir
         self._vocabulary: tuple[dict[str, int], Vectors] | None = None
+        # Whether `session` is the int8 copy (LocalModel.int8_everywhere, where it agrees).
+        self.int8_everywhere = False
+        if model.int8_everywhere:
+            self.session = self._int8_if_it_agrees()
+        else:
+            self.session = _session(model_dir / MODEL_FILE, threads)
+
+    def _int8_if_it_agrees(self) -> Any:
+        """The int8 copy, when its vectors of AGREEMENT_TEXTS have at least QUERY_AGREEMENT
+        cosine with the full model's (pinned beside the model's sha256 pins); else the full
+        model, with a warning (onnxruntime's int8 kernels differ by CPU)."""
+        quantized = _session(self.model_dir / QUERY_MODEL_FILE, self.threads)
+        expected = np.array(json.loads(self.model.agreement.read_text())["vectors"])
+        rows = self._tokenize(AGREEMENT_TEXTS, None, self.model.passage_prefix)
+        copied = np.vstack([self._embed_batch([row], quantized) for row in rows])
+        worst = float((expected * copied).sum(axis=1).min())
+        if worst >= QUERY_AGREEMENT:
+            self.int8_everywhere = True
+            return quantized
+        logger.warning(
+            "the int8 copy of %s disagrees with the full model on this CPU (cosine %.3f < %s): "
+            "it embeds with the full model",
+            self.name, worst, QUERY_AGREEMENT,
+        )  # fmt: skip
+        return _session(self.model_dir / MODEL_FILE, self.threads)
 
     def vocabulary(self) -> tuple[dict[str, int], Vectors]:
         """The precomputed words (word -> row) and their vectors, mapped read-only on first use;
@@ -233,7 +269,7 @@ class OnnxSentenceModel:
         when asked for and it agrees with the full model on this CPU (QUERY_AGREEMENT), loaded
         at the first query (~30 MB a process: a worker that never searches never loads it);
         else the full model's. Stored vectors always come from the full model."""
-        if not self.quantized_queries:
+        if not self.quantized_queries or self.model.int8_everywhere:
             return self.session
         quantized = _session(self.model_dir / QUERY_MODEL_FILE, self.threads)
         rows = self._tokenize(AGREEMENT_TEXTS, None, self.model.passage_prefix)
@@ -252,7 +288,7 @@ class OnnxSentenceModel:
     @property
     def queries_quantized(self) -> bool:
         """Whether search queries run through the int8 copy here (query_session)."""
-        return self.query_session is not self.session
+        return self.int8_everywhere or self.query_session is not self.session
 
     def embed_query(self, text: str) -> Vectors:
         """One search query's vector, through query_session. One text a run: the int8 model
