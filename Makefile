@@ -10,7 +10,7 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model model-mpnet db migrate run stop test lint format browser node-client docs
+.PHONY: help install venv postgres model model-mpnet model-e5 db migrate run stop test lint format browser node-client docs
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
@@ -47,6 +47,12 @@ model-mpnet: venv
 	@ENGRAM_MODEL_DIR="$(dir $(MODEL_DIR))all-mpnet-base-v2" bash scripts/export-model.sh all-mpnet-base-v2
 	@$(BIN)/python scripts/embed_vocabulary.py "$(dir $(MODEL_DIR))all-mpnet-base-v2" all-mpnet-base-v2
 
+# multilingual-e5-small beside the configured model, which the test suite runs too
+# (tests/memory/test_local_models.py, tests/memory/test_languages.py).
+model-e5: venv
+	@ENGRAM_MODEL_DIR="$(dir $(MODEL_DIR))multilingual-e5-small" bash scripts/export-model.sh multilingual-e5-small
+	@$(BIN)/python scripts/embed_vocabulary.py "$(dir $(MODEL_DIR))multilingual-e5-small" multilingual-e5-small
+
 # Debian's Chromium, which the end-to-end tests (tests/e2e/) drive through Playwright.
 browser:
 	@bash scripts/install-browser.sh
@@ -68,7 +74,7 @@ run: migrate model
 stop:
 	@bash scripts/run.sh stop
 
-test: venv db model model-mpnet browser node-client
+test: venv db model model-mpnet model-e5 browser node-client
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 

@@ -68,7 +68,7 @@ def main() -> None:
     model_dir = Path(sys.argv[1])
     spec = LOCAL_MODELS[sys.argv[2] if len(sys.argv) == 3 else DEFAULT_LOCAL_MODEL]
     model = OnnxSentenceModel(model_dir, threads=os.cpu_count() or 1, model=spec)
-    if not reference.vectors_file(model_dir).is_file():
+    if not reference.vectors_file(model_dir, spec.languages).is_file():
         print(f"embed-vocabulary: embedding the reference facts into {model_dir} (one-time)")
         reference.write_vectors(model)
     words_file, vectors_file = model_dir / VOCABULARY_WORDS, model_dir / VOCABULARY_VECTORS

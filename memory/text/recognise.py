@@ -44,7 +44,13 @@ _ACRONYM = re.compile(r"[A-Z][A-Z0-9&+]*[A-Z0-9+]")
 # Words for matching known names: a run of word characters and the symbols names keep.
 _KNOWN_TOKEN = re.compile(r"\w(?:[\w+#&.'\u2019-]*[\w+#])?")
 _SELF = re.compile(
-    r"\b(?:i|me|my|mine|myself|i'm|i\u2019m|i've|i\u2019ve|i'd|i\u2019d|i'll|i\u2019ll)\b", re.I
+    r"\b(?:i|me|my|mine|myself|i'm|i\u2019m|i've|i\u2019ve|i'd|i\u2019d|i'll|i\u2019ll"
+    # The first person singular of German, Spanish, French, Russian, Arabic and Hindi...
+    r"|ich|mein|meine|mich|mir|yo|je|j'|moi|я|меня|мне|мой|моя|моё|мои|أنا)\b"
+    # ... Hindi's (its vowel signs are no word characters: no \b after them), and Chinese,
+    # Japanese and Korean ones, which no space delimits.
+    r"|(?<!\w)(?:मैं|मेरा|मेरी|मेरे|मुझे)|我|私|僕|わたし|저는|제가|나는|내가|제\s",
+    re.I,
 )
 
 

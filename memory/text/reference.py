@@ -1,7 +1,8 @@
 """How well a direct answer to a search query would match it: the query's closest cosine among
 REFERENCE_FACTS, 600 everyday first-person facts about no one in particular ("I'm vegetarian
 since my teens.", "My brother is a firefighter.", "I have a full UK driving licence."), written
-for engram across some ninety areas of a life (docs/search.md, "The score").
+for engram across some ninety areas of a life (docs/search.md, "The score"), and their
+translations into the languages a multilingual model serves (fact_files()).
 
 A question whose answer a scope holds finds a memory about as close as the closest of these;
 one about something the scope never mentions ("What is Dana's blood type?" among Dana's home,
@@ -29,6 +30,7 @@ from memory.text.embeddings import Embedder, OnnxSentenceModel, get_embedder
 logger = logging.getLogger(__name__)
 
 REFERENCE_FACTS = Path(__file__).with_name("reference_facts.json")
+TRANSLATIONS = Path(__file__).with_name("reference_facts")
 
 # After a failure to embed the facts (a hosted model), searches go without the answer gap for
 # this many seconds before the next try.
@@ -40,23 +42,33 @@ _lock = threading.Lock()
 _vectors: tuple[Embedder, np.ndarray | None, float] | None = None
 
 
-def facts() -> list[str]:
-    return list(json.loads(REFERENCE_FACTS.read_text()))
+def fact_files(languages: frozenset[str] = frozenset()) -> list[Path]:
+    """The facts' files for a model serving `languages` (empty: any): the English facts, and
+    their translations (TRANSLATIONS/<language>.json, the same 600 facts in the same order) for
+    each language it serves. A direct answer in German is a German sentence: a German question's
+    closest reference fact must be one too, or every German question would look unanswered."""
+    translated = sorted(TRANSLATIONS.glob("*.json"))
+    return [REFERENCE_FACTS] + [p for p in translated if not languages or p.stem in languages]
 
 
-def vectors_file(model_dir: Path) -> Path:
+def facts(languages: frozenset[str] = frozenset()) -> list[str]:
+    return [fact for path in fact_files(languages) for fact in json.loads(path.read_text())]
+
+
+def vectors_file(model_dir: Path, languages: frozenset[str] = frozenset()) -> Path:
     """Where the local model's vectors of the facts are kept: named by the facts' digest, so
     that an edited list is embedded again."""
-    digest = hashlib.sha256(REFERENCE_FACTS.read_bytes()).hexdigest()[:12]
-    return model_dir / f"reference-{digest}.npy"
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in fact_files(languages)))
+    return model_dir / f"reference-{digest.hexdigest()[:12]}.npy"
 
 
 def write_vectors(model: OnnxSentenceModel) -> Path:
     """Embed the facts with the local model into its folder, unless done (`make model`)."""
-    target = vectors_file(model.model_dir)
+    languages = model.model.languages
+    target = vectors_file(model.model_dir, languages)
     if not target.is_file():
         temporary = target.with_suffix(".tmp.npy")
-        np.save(temporary, np.asarray(model.embed(facts()), dtype=np.float32))
+        np.save(temporary, np.asarray(model.embed(facts(languages)), dtype=np.float32))
         temporary.replace(target)  # a reader never maps a half-written file
     return target
 
@@ -99,9 +111,12 @@ def _recent(failed_at: float) -> bool:
 
 def _load(embedder: Embedder) -> np.ndarray:
     if isinstance(embedder, OnnxSentenceModel):
-        kept = vectors_file(embedder.model_dir)
+        languages = embedder.model.languages
+        kept = vectors_file(embedder.model_dir, languages)
         if kept.is_file():
             loaded = np.asarray(np.load(kept), dtype=np.float32)
-            if loaded.shape == (len(facts()), embedder.dimensions):
+            if loaded.shape == (len(facts(languages)), embedder.dimensions):
                 return loaded
+        return np.asarray(embedder.embed(facts(languages)), dtype=np.float32)
+    # A hosted model: its languages are its own (every translation).
     return np.asarray(embedder.embed(facts()), dtype=np.float32)

@@ -11,7 +11,17 @@ from collections.abc import Sequence
 
 from memory.extraction.llm.types import EntityRef, Relations, Triple
 
-SELF_WORDS = frozenset({"user", "the user", "i", "me", "my", "myself", "mine"})
+# The user, as extraction prompts name it ("User") and as a model writing in the messages'
+# language may: German, Spanish, French, Italian, Portuguese, Dutch, Russian, Arabic, Hindi,
+# Chinese, Japanese, Korean.
+SELF_WORDS = frozenset({
+    "user", "the user", "i", "me", "my", "myself", "mine", "benutzer", "der benutzer", "nutzer",
+    "der nutzer", "nutzerin", "die nutzerin", "ich", "usuario", "el usuario", "usuaria",
+    "la usuaria", "yo", "utilisateur", "l'utilisateur", "utilisatrice", "l'utilisatrice", "je",
+    "moi", "utente", "l'utente", "usuário", "o usuário", "gebruiker", "de gebruiker",
+    "пользователь", "пользовательница", "я", "المستخدم", "المستخدمة", "أنا", "उपयोगकर्ता", "मैं",
+    "用户", "用戶", "我", "ユーザー", "私", "사용자", "나", "저",
+})  # fmt: skip
 
 
 def self_reference(name: str, self_name: str | None) -> str | None:
