@@ -8,6 +8,7 @@ relations whose names are Cyrillic or Chinese (Cypher parameters, never text).""
 from __future__ import annotations
 
 from memory import graph
+from memory.extraction.llm.offline import OfflineExtractor
 from memory.models import MemoryHistory
 from tenants.db import project_context
 from tests.memory.test_graph_extraction import ALICE, edges, entities, relations
@@ -62,3 +63,50 @@ class ExtractionInOtherLanguagesTestCase(ExtractionTestCase):
         assert self.run_event(self.event(f"Я дружу с {hostile}.")).status == "SUCCEEDED"
         after = edges(self.project.pk)
         assert found <= after and any(d == hostile.lower() for _, _, d, _ in after), after
+
+
+class OfflineInOtherLanguagesTestCase(ExtractionTestCase):
+    """The offline extractor (no model) keeps first-person statements in other languages,
+    cuts Chinese and Japanese at their full stops, and a new home in German, Russian, Chinese,
+    Japanese or Korean supersedes the memory that stated only the old one, as in English."""
+
+    MOVES = [
+        ("Ich wohne in Köln.", "Ich wohne jetzt in Leipzig."),
+        ("Я живу в Казани.", "Я теперь живу в Новосибирске."),
+        ("我住在成都。", "我现在住在深圳。"),
+        ("東京に住んでいます。", "今は福岡に住んでいます。"),
+        ("저는 서울에 살아요.", "이제 부산에 살아요."),
+    ]
+
+    def test_first_person_statements_are_kept_sentence_by_sentence(self) -> None:
+        done = self.run_event(
+            self.event(
+                "我叫林晓雯。我对花生过敏！你好吗？", "Hallo! Ich spiele Cello. Was gibt's?"
+            ),
+            OfflineExtractor(),
+        )
+        assert done.status == "SUCCEEDED"
+        assert [m.text for m in self.memories()] == [
+            "我叫林晓雯。",
+            "我对花生过敏！",
+            "Ich spiele Cello.",
+        ]
+
+    def test_a_new_home_supersedes_the_old_one_in_each_language(self) -> None:
+        for index, (old, new) in enumerate(self.MOVES):
+            with self.subTest(old):
+                scope = {
+                    "user_id": f"mover{index}",
+                    "agent_id": None,
+                    "app_id": None,
+                    "run_id": None,
+                }
+                self.run_event(self.event(old, scope=scope), OfflineExtractor())
+                self.run_event(self.event(new, scope=scope), OfflineExtractor())
+                by_text = {m.text: m for m in self.memories(user_id=f"mover{index}")}
+                assert set(by_text) == {old, new}, by_text
+                assert (by_text[old].state, by_text[old].replaced_by_id) == (
+                    "superseded",
+                    by_text[new].id,
+                )
+                assert by_text[new].state == "active"

@@ -1,12 +1,17 @@
 """The offline extractor: a deterministic, rule-based stand-in for a model (no API key).
 
-English only: first-person statements kept sentence by sentence, repeats of a close memory
-known, and a small graph read from a few fixed first-person forms ("I live in ...", "my dog
-is called ..."). `only_states` and `EXCLUSIVE` are also what the pipeline uses to supersede the
-memory of an ended relationship (extraction.graph_step.superseding).
+First-person statements kept sentence by sentence (in English, and in the languages
+recognise.mentions_self reads; CJK sentences end at their full stops), repeats of a close
+memory known, and a small graph read from a few fixed first-person forms ("I live in ...", "my
+dog is called ...", and where one lives and works in German, Spanish, French, Russian,
+Chinese, Japanese and Korean). `only_states` and `EXCLUSIVE` are also what the pipeline uses
+to supersede the memory of an ended relationship (extraction.graph_step.superseding).
 
-May import llm.types and llm.clean only.
+May import llm.types, llm.clean, memory.text.recognise and memory.text.language (pure
+functions) only.
 """
+
+# ruff: noqa: RUF001 (other languages' punctuation and words, in their own scripts)
 
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ from memory.extraction.llm.types import (
     Turn,
     Usage,
 )
+from memory.text.language import detect
+from memory.text.recognise import mentions_self
 
 FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|we|our|us)\b", re.IGNORECASE)
 # A leading greeting or acknowledgement ("Hello, ", "Thanks! ", "OK so "), stripped so the
@@ -58,17 +65,29 @@ FILLERS = frozenset(
         "i understand",
     }
 )
-SENTENCE = re.compile(r"(?<=[.!?])\s+")
+# A sentence ends at ". ", "! ", "? ", or at Chinese and Japanese full stops with no space.
+SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
+# Languages whose statements usually leave the first person out: Spanish, Italian, Portuguese,
+# Arabic, Japanese, Korean.
+PRO_DROP = frozenset({"es", "it", "pt", "ar", "ja", "ko"})
+# A question, in any script's question mark.
+QUESTION = ("?", "\uff1f", "\u061f")
+# Characters of Chinese, Japanese and Korean: a statement of this many has as much to say as
+# one of two words elsewhere.
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+CJK_STATEMENT = 4
 DUPLICATE_SIMILARITY = 0.9
 
 # The offline graph: first-person statements of a few fixed forms. The object is what follows
 # the verb up to a clause boundary, at most six words, without a leading article.
 _BOUNDARY = (
     r"and|but|because|since|so|when|while|with|at|on|in|for|from|every|anymore|any more|"
-    r"last|next|this|yesterday|today|tomorrow|ago|recently|now"
+    r"last|next|this|yesterday|today|tomorrow|ago|recently|now|"
+    # German, Spanish, French, Russian: and, but, with, since, now
+    r"und|aber|mit|seit|jetzt|y|pero|con|desde|ahora|et|mais|avec|depuis|и|но|с|уже|сейчас"
 )
 _OBJECT = rf"(?P<object>[^.,;:!?()\n]+?)(?=\s+(?:{_BOUNDARY})\b|[.,;:!?()\n]|$)"
-_RELATION_FORMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+_RELATION_FORMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(  # noqa: RUF005
     (re.compile(pattern + _OBJECT, re.IGNORECASE), relationship)
     for pattern, relationship in (
         (
@@ -87,7 +106,37 @@ _RELATION_FORMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"\bi(?:'m| am) married to ", "married_to"),
         (r"\b(?:i|we) (?:play|plays) (?:the )?", "plays"),
         (r"\bi(?:'m| am) (?:learning|studying) ", "studies"),
+        # German, Spanish, French and Russian: where one lives and works.
+        (r"\bich (?:wohne|lebe) (?:jetzt |inzwischen |seit \w+ )?in ", "lives_in"),
+        (r"\bich arbeite (?:jetzt |seit \w+ )?(?:bei|für) ", "works_at"),
+        (r"\bich arbeite (?:jetzt )?als ", "works_as"),
+        (r"\b(?:yo )?vivo (?:ahora |actualmente )?en ", "lives_in"),
+        (r"\bme mudé a ", "lives_in"),
+        (r"\btrabajo (?:ahora )?(?:en|para) ", "works_at"),
+        (r"\btrabajo (?:ahora )?como ", "works_as"),
+        (r"\bj['\u2019]habite (?:maintenant |désormais )?(?:à|au|en) ", "lives_in"),
+        (r"\bje vis (?:maintenant )?(?:à|au|en) ", "lives_in"),
+        (r"\bje travaille (?:maintenant )?(?:chez|pour) ", "works_at"),
+        (r"\bje travaille (?:maintenant )?comme ", "works_as"),
+        (r"(?<!\w)я (?:сейчас |теперь )?живу в ", "lives_in"),
+        (r"(?<!\w)я (?:сейчас |теперь )?работаю в ", "works_at"),
     )
+) + (
+    # Chinese, Japanese and Korean: no spaces; the place is a run of characters before or
+    # after the verb ("我住在成都", "福岡に住んでいます", "부산에 살아요").
+    (
+        re.compile(
+            r"我(?:现在|目前)?住在(?P<object>[\u4e00-\u9fff]{2,6}?)(?=[，。！？、]|$|了|的)"
+        ),
+        "lives_in",
+    ),
+    (
+        re.compile(
+            r"(?:(?:今|現在)は)?(?P<object>[\u4e00-\u9fff\u30a0-\u30ff]{2,6})に住んで(?:います|いる)?"
+        ),
+        "lives_in",
+    ),
+    (re.compile(r"(?P<object>[\uac00-\ud7af]{2,6})에\s*(?:살아요|살고|삽니다|살아)"), "lives_in"),
 )
 _MY_NAMED = re.compile(
     r"\b(?i:my) (?P<kind>wife|husband|partner|son|daughter|child|kid|dog|cat|pet|brother|sister|"
@@ -115,6 +164,13 @@ EXCLUSIVE = frozenset(
     }
 )
 OPPOSITE = {"likes": "dislikes", "dislikes": "likes", "prefers": "dislikes"}
+
+
+def first_person(text: str) -> bool:
+    """Whether a user's statement is in the first person: it says "I", "my"... (in English or
+    the languages recognise.mentions_self reads), or it is in a language whose verbs carry the
+    person and usually drop the pronoun (PRO_DROP: "Vivo en Zapopan.", "福岡に住んでいます。")."""
+    return bool(FIRST_PERSON.search(text) or mentions_self(text) or detect(text) in PRO_DROP)
 
 
 def _object(text: str) -> str | None:
@@ -161,13 +217,16 @@ def only_states(text: str, relationships: Collection[str]) -> bool:
     if not spans:
         return False
     rest = "".join(c for i, c in enumerate(text) if not any(a <= i < b for a, b in spans))
-    return len(re.findall(r"\w+", rest)) <= 1
+    # A run of CJK characters is several words: two characters at most ("了", "现在").
+    return len(re.findall(r"\w+", CJK.sub("", rest))) + len(CJK.findall(rest)) / 2 <= 1
 
 
 class OfflineExtractor:
     """A deterministic stand-in when no Claude key is configured.
 
-    English only. It keeps first-person statements from user messages (for an agent scope, the
+    It keeps first-person statements (first_person(): English's, those recognise.mentions_self
+    reads in German, Spanish, French, Russian, Arabic, Hindi, Chinese, Japanese and Korean, and
+    any statement in a language that drops the pronoun) from user messages (for an agent scope, the
     agent's own messages, first person or not), sentence by sentence, verbatim but for a
     leading greeting ("Hello, my name is Ann." keeps "My name is Ann."); drops questions,
     single words and short fillers ("I see", "me too");
@@ -193,10 +252,10 @@ class OfflineExtractor:
                 text = text[:1].upper() + text[1:]
                 key = text.lower().rstrip(".!")
                 if (
-                    len(text.split()) < 2
-                    or text.endswith("?")
+                    (len(text.split()) < 2 and len(CJK.findall(text)) < CJK_STATEMENT)
+                    or text.endswith(QUESTION)
                     or key in FILLERS
-                    or not (context.about_agent or FIRST_PERSON.search(text))
+                    or not (context.about_agent or first_person(text))
                     or key in seen
                 ):
                     continue
