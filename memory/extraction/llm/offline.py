@@ -226,8 +226,8 @@ class OfflineExtractor:
 
     It keeps first-person statements (first_person(): English's, those recognise.mentions_self
     reads in German, Spanish, French, Russian, Arabic, Hindi, Chinese, Japanese and Korean, and
-    any statement in a language that drops the pronoun) from user messages (for an agent scope, the
-    agent's own messages, first person or not), sentence by sentence, verbatim but for a
+    any statement in a language that drops the pronoun) from user messages (for an agent
+    scope, the agent's own messages, first person or not), sentence by sentence, verbatim but for a
     leading greeting ("Hello, my name is Ann." keeps "My name is Ann."); drops questions,
     single words and short fillers ("I see", "me too");
     treats a statement as known (NONE) when an existing memory is at least 0.9 similar; and
