@@ -34,11 +34,12 @@ from datetime import datetime
 from django.utils import timezone
 
 from memory.text.embeddings import active_space, embed_query, embed_words, vocabulary_words
-from memory.text.language import detect
+from memory.text.language import detect, foreign_to
 from memory.text.recognise import CJK_NAME, query_names, query_words
 from memory.text.reference import typical_match
 from memory.text.temporal import Window, time_window
 
+ENGLISH = frozenset({"en"})
 # Query words' vectors kept per process (their text form, about 3.5 kB each): the local model's
 # are looked up (embeddings.embed_words); a hosted embedder is asked for them.
 WORD_CACHE = 2048
@@ -106,11 +107,11 @@ def _analysed(
     language = detect(neutral)
     if embedding is not None:
         vector = embedding
-    elif neutral != text and language == "en":
+    elif neutral != text and foreign_to(neutral, ENGLISH) is None:
         vector = embed_query(neutral, first_person(text, own or ()))
     else:
-        # The first person's reading is English grammar's (first_person): another language's
-        # question is read as about the user only.
+        # The first person's reading is English grammar's (first_person): a question sure to
+        # be in another language is read as about the user only.
         vector = embed_query(neutral)
     return Query(
         text=text,
