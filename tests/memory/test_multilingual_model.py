@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from django.conf import settings
 
+from memory.text import reference
 from memory.text.embeddings import LOCAL_MODELS, OnnxSentenceModel, Space, build_embedder
 
 E5 = "multilingual-e5-small"
@@ -78,3 +79,19 @@ def test_a_question_in_each_language_is_closest_to_its_own_fact(e5: OnnxSentence
     for language, fact, question, other in PAIRS:
         asked, unrelated = e5.embed([fact, other]) @ e5.embed_query(question)
         assert asked > unrelated, (language, question, asked, unrelated)
+
+
+def test_its_reference_facts_are_in_every_language_it_serves(e5: OnnxSentenceModel) -> None:
+    """The answer gap's reference facts (memory.text.reference) for a multilingual model: the
+    English ones and their translations, the same facts in the same order; a German question's
+    closest one is a German fact, nearer than any English one."""
+    files = reference.fact_files(e5.model.languages)
+    assert [p.stem for p in files[1:]] == ["ar", "de", "es", "fr", "hi", "ja", "ko", "ru", "zh"]
+    english = reference.facts(frozenset({"en"}))
+    every = reference.facts(e5.model.languages)
+    assert len(every) == 10 * len(english) == 6000
+    german = json.loads((reference.TRANSLATIONS / "de.json").read_text())
+    vectors = e5.embed(english[:100] + german[:100])
+    query = e5.embed_query("Wo wohnt sie?")
+    closest = int(np.argmax(vectors @ query))
+    assert closest >= 100, (closest, (english + german)[closest])
