@@ -26,7 +26,7 @@ from memory import graph, queries, rerank
 from memory.models import MemoryQuerySet
 from memory.retrieval.search import ScoredMemory, hybrid_search, pinned_scope
 from memory.text.embeddings import active_space, in_process
-from memory.text.language import foreign_to
+from memory.text.language import detect, foreign_to
 from memory.text.query import Query, analyse, with_own_names
 from memory.text.recognise import query_names
 from tenants.db import project_context
@@ -94,7 +94,9 @@ def prepare(
     if not _subject(scope) or in_process():
         return analyse(text, reference=reference)
     with project_context(project_id):
-        own = queries.own_names(project_id, scope, query_names(text))
+        own = queries.own_names(
+            project_id, scope, query_names(text), inflected=detect(text) != "en"
+        )
     return analyse(text, reference=reference, own_names=own, subject=_subject(scope))
 
 
@@ -106,7 +108,9 @@ def own_names(project_id: uuid.UUID, memories: MemoryQuerySet, query: Query) -> 
     scope = pinned_scope(memories)
     if not _subject(scope):
         return query
-    own = queries.own_names(project_id, scope, query_names(query.text))
+    own = queries.own_names(
+        project_id, scope, query_names(query.text), inflected=query.language != "en"
+    )
     return with_own_names(query, own, _subject(scope)) if own else query
 
 

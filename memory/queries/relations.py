@@ -7,7 +7,7 @@ May import memory.queries.core (matching), memory.graph, memory.models,
 memory.retrieval.filters, memory.text (query, recognise) and tenants.db.
 """
 
-# ruff: noqa: RUF001 (the forms of other languages, in their own scripts)
+# ruff: noqa: RUF001, RUF002 (the forms of other languages, in their own scripts)
 
 from __future__ import annotations
 
@@ -68,13 +68,19 @@ LIMIT {OWN_NAME_MEMORIES}
 """  # noqa: S608 (constants; every value is a parameter)
 
 
-def own_names(project_id: uuid.UUID, scope: dict[str, str], names: Sequence[str]) -> frozenset[str]:
+def own_names(
+    project_id: uuid.UUID, scope: dict[str, str], names: Sequence[str], *, inflected: bool = False
+) -> frozenset[str]:
     """Which of `names` (normalised) the scope's own user or agent goes by: its id (`scope`
     holds a user_id or, for an agent's own memories, an agent_id), or a name one of its active
     memories that has the name in its text says it is called ("My name is Dana.", "User goes
     by Dee", "My name is Tan Mei Ling." for "mei ling": recognise.own_names). The memories are
     read by the partial index of those that may say so (OWN_NAME_PREDICATE), not by their links
-    to entities: "My name is Ahmet Yilmaz." is linked to the full name only."""
+    to entities: "My name is Ahmet Yilmaz." is linked to the full name only.
+
+    `inflected` (a question in a language that inflects names: "Какая у Дмитрия профессия?",
+    "Wie heißt Katrins Hund?"): a name of the query also matches a said name it inflects
+    (recognise.inflects: "дмитрия" for "дмитрий", "katrins" for "katrin")."""
     user, agent = scope.get("user_id"), scope.get("agent_id")
     mine = user or agent
     if not mine or not names:
@@ -84,12 +90,17 @@ def own_names(project_id: uuid.UUID, scope: dict[str, str], names: Sequence[str]
     if not rest:
         return frozenset(own)
     where = "m.user_id = %(id)s" if user else "m.user_id IS NULL AND m.agent_id = %(id)s"
+    # The memories are found by a name's text in theirs: an inflected one's stem is looked for.
+    looked_for = [*rest, *{recognise.name_stem(n) for n in rest}] if inflected else rest
     with connection.cursor() as cursor:
         cursor.execute(
-            OWN_NAMES_SQL.format(scope=where), {"names": rest, "project": project_id, "id": mine}
+            OWN_NAMES_SQL.format(scope=where),
+            {"names": looked_for, "project": project_id, "id": mine},
         )
         said = {name for (text,) in cursor.fetchall() for name in recognise.own_names(text)}
     own.update(name for name in rest if name in said)
+    if inflected:
+        own.update(n for n in rest if any(recognise.inflects(n, name) for name in said))
     return frozenset(own)
 
 

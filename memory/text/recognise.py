@@ -182,6 +182,30 @@ _CASELESS_ENDS = frozenset({"है", "हूँ", "हूं", "हैं", "�
 _NAME_END = ",.;:!?\u060c\u061b\u061f\u0964\u0965"
 
 
+def name_stem(name: str) -> str:
+    """What every inflected form of a (normalised) name starts with: its first word less two
+    letters, at least four ("дмитр" of "дмитрий", "katr" of "katrin")."""
+    first = name.split(maxsplit=1)[0] if name.split() else name
+    return first[: max(4, len(first) - 2)]
+
+
+def inflects(word: str, name: str) -> bool:
+    """Whether `word` (a query's normalised name) is `name` (a said one) inflected, word for
+    word: the same stem (each word but its last two letters, at least four) and at most two
+    letters more or fewer: "дмитрия" and "галины петровны" for "дмитрий", "галина петровна";
+    "katrins" for "katrin". For languages that inflect names (not English: "willow" is not
+    "will"); two names of one stem are read as one ("maria" and "mario")."""
+    words, names = word.split(), name.split()
+    if len(words) != len(names):
+        return False
+    for w, n in zip(words, names, strict=True):
+        stem = max(4, len(n) - 2)
+        unlike = len(n) < 4 or w[:stem] != n[:stem] or abs(len(w) - len(n)) > 2
+        if unlike and w != n:
+            return False
+    return True
+
+
 def cjk_names(run: str) -> list[str]:
     """The names a run of CJK characters after "我叫", "名前は"... may be: its first two to four
     characters (a family name and given name, with no space to tell where the name ends:

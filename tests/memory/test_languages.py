@@ -178,6 +178,15 @@ class OwnNamesPerLanguageTestCase(BaseTestCase):
         ),
         ("misaki", "佐藤美咲です。", "佐藤さんはどこに住んでいますか？", {"佐藤"}),
         ("jiwoo", "제 이름은 김지우예요.", "김지우 씨 직업이 뭐예요?", {"김지우", "김지", "지우"}),
+        # The name inflected: Russian's genitive, German's possessive.
+        ("dmitri2", "Меня зовут Дмитрий Ковалёв.", "Какая у Дмитрия профессия?", {"дмитрия"}),
+        ("katrin2", "Ich heiße Katrin Vogel.", "Wie heißt Katrins Hund?", {"katrins"}),
+        (
+            "galina",
+            "Меня зовут Галина Петровна.",
+            "Где живёт сын Галины Петровны?",
+            {"галины петровны", "галины"},
+        ),
     ]
 
     def test_the_users_own_name_is_read_as_the_user_in_each_language(self) -> None:
