@@ -8,8 +8,7 @@
   pairs (one character alone stays as it is), as Lucene's CJK analyser does; any other text
   comes back unchanged. The same function analyses the search queries.
 - search_vector is generated from both (PostgreSQL 17's SET EXPRESSION): the table is rewritten
-  and its indexes rebuilt once, under an exclusive lock (docs/operations.md gives the time it
-  took per 100,000 memories).
+  and its indexes rebuilt once, under an exclusive lock (docs/operations.md, "Upgrades").
 """
 
 from django.contrib.postgres.search import SearchVector, SearchVectorField
