@@ -159,6 +159,10 @@ def search(
     ranked = hybrid_search(memories, query, top_k=fetched, threshold=threshold)
     foreign = foreign_to(query.text, active_space().languages)
     hits = foreign_language_hits(ranked) if foreign else list(ranked)
+    best = ranked.best
+    if foreign and best is not None:
+        # How near it came is the best of what it may answer with: 0 when nothing shares a word.
+        best = max((hit.score.score for hit in hits), default=0.0)
     ids = [hit.memory.id for hit in hits]
     return Found(
         hits,
@@ -166,7 +170,7 @@ def search(
         queries.search_relations(project_id, relations_of, query, ids)
         if relations_of is not None
         else None,
-        ranked.best,
+        best,
         reranked=False if rerank_asked else None,
         top_k=top_k if pending else None,
         foreign_language=foreign,

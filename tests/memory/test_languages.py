@@ -147,8 +147,9 @@ class ForeignLanguageTestCase(BaseTestCase):
         assert "'zh'" in body["warning"] and "all-MiniLM-L6-v2" in body["warning"]
         assert response.headers["Engram-Foreign-Language"] == "zh"
         # Nothing shares a word with it: nothing is returned, even at threshold 0.
-        nothing = self.search("她养猫吗？")
-        assert nothing.json()["results"] == [] and nothing.json()["nothing_relevant"] is True
+        nothing = self.search("她养猫吗？").json()
+        assert nothing["results"] == [] and nothing["nothing_relevant"] is True
+        assert nothing["best_score"] == 0.0  # not the 0.9 its cosines would have claimed
 
     def test_an_english_or_an_uncertain_latin_query_is_answered_as_before(self) -> None:
         for query in ("What does she do for a living?", "Does Søren play chess?"):
