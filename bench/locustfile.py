@@ -51,7 +51,8 @@ class MemoryClient(FastHttpUser):
 
     def _add(self, *, infer: bool) -> None:
         text = f"I like {self.rng.choice(TOPICS)} (note {self.rng.randrange(10**6)})."
+        # async_mode true: a queued add (without it, /v1/ waits for the worker, as mem0ai 0.1.x).
         body = {"messages": [{"role": "user", "content": text}], "user_id": scope_user(self.rng),
-                "infer": infer}  # fmt: skip
+                "infer": infer, "async_mode": True}  # fmt: skip
         name = "add infer=true" if infer else "add infer=false"
         self.client.post("/v1/memories/", json=body, headers=self.headers, name=name)

@@ -296,6 +296,7 @@ SPECTACULAR_SETTINGS = {
         "GraphStatusEnum": "memory.api.responses.GRAPH_STATUS",
         "HistoryEventEnum": "memory.models.MemoryHistory.Event",
         "RevertedEventEnum": "memory.api.responses.REVERTED_EVENTS",
+        "ResultEventEnum": "memory.api.responses.RESULT_EVENTS",
     },
 }
 
@@ -416,6 +417,10 @@ ENGRAM_PROFILE_DEBOUNCE_SECONDS = env_int("ENGRAM_PROFILE_DEBOUNCE_SECONDS", 60,
 # The most bytes of one part sent as base64 (an image, a text document), and of the text
 # documents of one add request together (fetched or sent).
 ENGRAM_MAX_DOCUMENT_BYTES = env_int("ENGRAM_MAX_DOCUMENT_BYTES", 512 * 1024, minimum=1024)
+# A synchronous add (async_mode false; a /v1/memories/ add that does not say, as mem0ai 0.1.x
+# sends it) waits this long for a worker to finish its extraction, at most the request budget
+# less a second (its polls are statements too); past it, it answers 202 with the event to poll.
+ENGRAM_SYNC_ADD_WAIT_MS = env_int("ENGRAM_SYNC_ADD_WAIT_MS", 4_000, minimum=0)
 # An add's Idempotency-Key is remembered this long; an older one is a new key (memory.api).
 ENGRAM_IDEMPOTENCY_HOURS = env_int("ENGRAM_IDEMPOTENCY_HOURS", 24, minimum=1)
 # Retention (purge_expired), for projects that set none: days a deleted memory, and an add

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 
 from audit.access import note_access
 from memory import actions, queries
+from memory.api import processed
 from memory.api import responses as r
 from memory.api import serializers as s
 from memory.api.common import (
@@ -38,7 +39,8 @@ LIST_FLAGS = ("show_expired", "latest_only", "include_merged", "output_format")
 
 @extend_schema(
     request=s.AddSerializer,
-    responses=r.answers({200: r.ADD}, body=True, embeds=True, errors={409: r.KEY_REUSED}),
+    responses=r.answers({200: r.ADD}, body=True, embeds=True, errors={409: r.KEY_REUSED})
+    | r.SYNCHRONOUS_ADD,
     parameters=[r.IDEMPOTENCY_KEY, r.RETRY_AFTER],
     summary="Add memories (infer=false: stored at once; true: queued)",
 )
@@ -56,11 +58,17 @@ def add(request: Request) -> Response:
     data = serializer.validated_data
     with tenant(request):
         note_access(request, scope=add.scope)
-        return answer_once(
+        response = answer_once(
             request,
             key,
             lambda: added(request, actions.do_add(project, add, actor=actor(request)), data),
         )
+    # Queued and committed: a synchronous add waits for the worker (a replay too).
+    if processed.synchronous(request, data) and response.status_code == 200:
+        event_id = processed.queued_event_id(response.data)
+        if event_id is not None:
+            return processed.answer(request, event_id, data)
+    return response
 
 
 def added(request: Request, outcome: actions.AddOutcome, data: dict[str, Any]) -> Response:
@@ -166,7 +174,8 @@ def list_v2(request: Request) -> Response:
 @extend_schema(
     methods=["POST"],
     request=s.AddSerializer,
-    responses=r.answers({200: r.ADD_V1}, body=True, embeds=True, errors={409: r.KEY_REUSED}),
+    responses=r.answers({200: r.ADD_V1}, body=True, embeds=True, errors={409: r.KEY_REUSED})
+    | r.SYNCHRONOUS_ADD,
     parameters=[r.IDEMPOTENCY_KEY, r.RETRY_AFTER],
     operation_id="v1_memories_add",
     summary="Add memories (v1)",

@@ -170,6 +170,8 @@ MEMORY_LIST = PolymorphicProxySerializer(
 # The add responses' `status` is the add event's status (SUCCEEDED or PENDING here): one enum
 # for all, as distinct one-value enums per shape would need ENUM_NAME_OVERRIDES.
 EVENT_STATUS = MemoryEvent.Status.choices
+# What extraction (or an infer=false add) did with one fact or message.
+RESULT_EVENTS = ["ADD", "UPDATE", "DELETE", "NONE"]
 GRAPH_STATUS = ["SUCCEEDED", "SKIPPED", "FAILED"]
 
 
@@ -182,9 +184,17 @@ class AddResultItemSerializer(Closed):
     # A field named like a Serializer property: DRF's metaclass moves it to _declared_fields.
     data = AddedTextSerializer()  # type: ignore[assignment]
     event = serializers.ChoiceField(
-        choices=["ADD", "NONE"], help_text="NONE: an exact duplicate, already stored."
+        choices=RESULT_EVENTS,
+        help_text="infer=false: ADD, or NONE for an exact duplicate, already stored. A "
+        "synchronous infer=true add: what extraction did with each fact.",
     )
     memory = serializers.CharField()
+    previous_memory = serializers.CharField(
+        required=False, help_text="UPDATE only (a synchronous infer=true add)."
+    )
+    replaces = serializers.UUIDField(
+        required=False, help_text="UPDATE only: the old memory (a synchronous infer=true add)."
+    )
 
 
 class AddResultSerializer(Closed):
@@ -232,9 +242,48 @@ class QueuedAddV1Serializer(Closed):
     relations = serializers.ListField(child=serializers.JSONField(), max_length=0)
 
 
+class ProcessedAddSerializer(Closed):
+    """A synchronous infer=true add (async_mode false; on POST /v1/memories/ also no async_mode
+    with output_format "v1.1"): what extraction did (200, SUCCEEDED), or, not done within
+    ENGRAM_SYNC_ADD_WAIT_MS, no results yet and the event to poll (202, PENDING or RUNNING)."""
+
+    message = serializers.CharField()
+    status = serializers.ChoiceField(choices=EVENT_STATUS, help_text="SUCCEEDED, PENDING, RUNNING.")
+    event_id = serializers.UUIDField()
+    results = AddResultItemSerializer(many=True)
+    warning = serializers.CharField(
+        allow_null=True, help_text="Why nothing was kept, when the messages state something."
+    )
+
+
+class KeptAddErrorSerializer(Closed):
+    """A synchronous add whose request was kept but not processed: its extraction failed (502),
+    or the request was erased meanwhile with its user (410)."""
+
+    detail = serializers.CharField()
+    event_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=EVENT_STATUS, required=False, help_text="FAILED.")
+
+
+# A synchronous add's other answers (memory.api.processed).
+SYNCHRONOUS_ADD = {
+    202: OpenApiResponse(
+        PolymorphicProxySerializer(
+            component_name="AddNotYetProcessed",
+            serializers=[ProcessedAddSerializer, QueuedAddListSerializer],
+            resource_type_field_name=None,
+            many=False,
+        ),
+        description="A synchronous add not processed within ENGRAM_SYNC_ADD_WAIT_MS: kept and "
+        "queued; poll GET /v1/event/{event_id}/.",
+    ),
+    410: OpenApiResponse(KeptAddErrorSerializer, description="Erased with its user meanwhile."),
+    502: OpenApiResponse(KeptAddErrorSerializer, description="Kept, but its extraction failed."),
+}
+
 ADD = PolymorphicProxySerializer(
     component_name="AddResponse",
-    serializers=[AddResultSerializer, QueuedAddSerializer],
+    serializers=[AddResultSerializer, QueuedAddSerializer, ProcessedAddSerializer],
     resource_type_field_name=None,
 )
 # v1 answers a queued add with a one-item list (Mem0's legacy shape), or in an object with
@@ -246,6 +295,7 @@ ADD_V1 = PolymorphicProxySerializer(
         AddResultV1Serializer,
         QueuedAddListSerializer,
         QueuedAddV1Serializer,
+        ProcessedAddSerializer,
         AddResultItemSerializer(many=True),
     ],
     resource_type_field_name=None,
@@ -318,7 +368,7 @@ class HistoryEntrySerializer(Closed):
 class EventResultSerializer(Closed):
     id = serializers.UUIDField()
     memory = serializers.CharField()
-    event = serializers.ChoiceField(choices=["ADD", "UPDATE", "DELETE", "NONE"])
+    event = serializers.ChoiceField(choices=RESULT_EVENTS)
     previous_memory = serializers.CharField(required=False, help_text="UPDATE only.")
     replaces = serializers.UUIDField(required=False, help_text="UPDATE only: the old memory.")
 

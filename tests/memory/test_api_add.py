@@ -105,7 +105,8 @@ class AddTestCase(BaseTestCase):
         assert response.json()["relations"] == []
 
     def test_it_answers_the_legacy_v1_path_as_output_format_asks(self) -> None:
-        queued = {"messages": "hello there", "user_id": "alice", "infer": True}
+        # mem0ai 1.x sends async_mode true (without it, v1 waits for the worker: test_sync_add).
+        queued = {"messages": "hello there", "user_id": "alice", "infer": True, "async_mode": True}
         assert isinstance(self.add(queued, path="/v1/memories/").json(), list)
         body = self.add({**queued, "output_format": "v1.1", "version": "v2"}, "/v1/memories/")
         assert (body.json()["results"][0]["status"], body.json()["relations"]) == ("PENDING", [])
@@ -176,7 +177,8 @@ class AddTestCase(BaseTestCase):
 
     def test_it_answers_the_legacy_v1_queue_shape(self) -> None:
         response = self.add(
-            {"messages": "I like tea", "user_id": "alice", "infer": True}, path="/v1/memories/"
+            {"messages": "I like tea", "user_id": "alice", "infer": True, "async_mode": True},
+            path="/v1/memories/",
         )
         [body] = response.json()
         assert body["status"] == "PENDING"

@@ -26,7 +26,8 @@ BACKLOG = 24
 
 
 def queue_add(client: Any, raw_key: str, text: str) -> str:
-    body = {"messages": [{"role": "user", "content": text}], "user_id": "alice"}
+    body = {"messages": [{"role": "user", "content": text}], "user_id": "alice",
+            "async_mode": True}  # fmt: skip
     response = client.post("/v1/memories/", body, content_type="application/json",
                            headers=auth(raw_key))  # fmt: skip
     assert response.status_code == 200, response.content

@@ -57,6 +57,15 @@ class AddSerializer(ScopeMixin):
         "here that repeats the request's own is dropped; any other is refused (400).",
     )
     infer = serializers.BooleanField(required=False, default=True)
+    async_mode = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="false: an infer=true add answers with what extraction did (ADD, UPDATE, "
+        "DELETE, NONE), waiting up to ENGRAM_SYNC_ADD_WAIT_MS for the worker (202 with the "
+        "event to poll past it). Absent on POST /v1/memories/: false, as mem0ai 0.1.x expects; "
+        "absent elsewhere: true (queued).",
+    )
     timestamp = serializers.IntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_TIMESTAMP
     )
