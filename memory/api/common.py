@@ -80,6 +80,8 @@ _DIGITS = re.compile(r"[0-9]{1,9}")
 
 
 class MemoryPagination(PageNumberPagination):
+    # The rows before their count: a row stored meanwhile never pushes one off the page.
+    django_paginator_class = queries.StablePaginator
     page_size = 100
     page_size_query_param = "page_size"
     max_page_size = 200

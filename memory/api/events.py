@@ -77,8 +77,8 @@ def event_detail(request: Request, event_id: uuid.UUID) -> Response:
             "warning",
             str,
             enum=["true", "false", ""],
-            description="true: only requests with a warning (first-person statements, no fact "
-            "extracted); false: only those without; empty or absent: all. Any case.",
+            description="true: only requests with a warning (a user's add that kept nothing); "
+            "false: only those without; empty or absent: all. Any case.",
         ),
         *r.paging(MemoryPagination.max_page_size),
         r.RETRY_AFTER,

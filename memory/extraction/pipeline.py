@@ -29,10 +29,10 @@ This module owns the order of the steps; each step is its own module:
 It exports the claim's functions and the failures a run raises (`__all__`) for callers that
 drive an attempt step by step.
 
-An event whose user messages hold first-person statements but whose extraction found no fact
-at all is finished with a `warning` (`NOTHING_EXTRACTED`), so a model that is not working is
-seen rather than silent: `states_first_person` reads the statements as the offline extractor
-does.
+A user's event from which extraction found no fact at all is finished with a `warning`, so an
+add that kept nothing is never silent: `NOTHING_EXTRACTED` when its user messages hold
+first-person statements (a model that is not working; `states_first_person` reads them as the
+offline extractor does), else `NOTHING_KEPT` (the offline extractor's says what it keeps).
 
 May import those modules, llm.types, llm.waits (a failure's Retry-After) and llm.offline (what
 a first-person statement is), memory.graph (entity names embedded before the transaction),
@@ -66,7 +66,14 @@ from memory.extraction.graph_step import plan_graph, superseding
 from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.llm.types import Context, Decision, Extractor, Fact, ModelOutputError, Usage
 from memory.extraction.llm.waits import requested_wait
-from memory.models import SCOPE_FIELDS, MemoryEvent, ScopeSummary
+from memory.models import (
+    NOTHING_EXTRACTED,
+    NOTHING_KEPT,
+    NOTHING_KEPT_OFFLINE,
+    SCOPE_FIELDS,
+    MemoryEvent,
+    ScopeSummary,
+)
 from memory.queries import scope_lookup
 from memory.text.embeddings import embed
 from memory.text.recognise import mentions_self
@@ -74,6 +81,9 @@ from tenants.db import project_context
 
 __all__ = [
     "MAX_BACKOFF_MS",
+    "NOTHING_EXTRACTED",
+    "NOTHING_KEPT",
+    "NOTHING_KEPT_OFFLINE",
     "Claim",
     "LostClaimError",
     "StaleDecisionError",
@@ -100,13 +110,6 @@ MAX_BACKOFF_MS = 300_000
 
 # A summary refresh folds in at most this many requests (the most recent ones).
 SUMMARY_EVENTS_AT_MOST = 20
-
-# The warning of an event whose user messages state something in the first person but whose
-# extraction found no fact at all (MemoryEvent.warning).
-NOTHING_EXTRACTED = (
-    "the user's messages hold first-person statements, but extraction found no fact in them: "
-    "check that the model follows the output schema (or the request's instructions)"
-)
 
 
 def attempt(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extractor) -> int | None:
@@ -168,7 +171,7 @@ def run(claimed: Claim, extractor: Extractor) -> None:
         renew(claimed)
         facts, usage = extractor.extract(context)
         job.usage.add(usage)
-        warning = "" if facts or not states_first_person(context) else NOTHING_EXTRACTED
+        warning = "" if facts else nothing_kept(context, extractor)
         facts, dropped = capped(facts)
         notes += dropped
         facts, dropped = checked_categories(facts, context.categories)
@@ -204,6 +207,18 @@ def run(claimed: Claim, extractor: Extractor) -> None:
     renew(claimed)
     with graph.names_embedded(vectors):
         apply(job, prepared, chosen, notes + settled, plan=plan, warning=warning)
+
+
+def nothing_kept(context: Context, extractor: Extractor) -> str:
+    """The warning of a request from which extraction found no fact: NOTHING_EXTRACTED when the
+    user's messages state something in the first person (a model that may not be working),
+    else NOTHING_KEPT (the offline extractor's says what it keeps); none in an agent's own
+    scope, whose adds are the agent's notes."""
+    if context.about_agent:
+        return ""
+    if states_first_person(context):
+        return NOTHING_EXTRACTED
+    return NOTHING_KEPT_OFFLINE if extractor.name == OfflineExtractor.name else NOTHING_KEPT
 
 
 def states_first_person(context: Context) -> bool:

@@ -259,6 +259,20 @@ class MemoryExport(models.Model):
         return f"export {self.id}"
 
 
+# MemoryEvent.warning: a user's add request from which extraction found no fact at all.
+NOTHING_EXTRACTED = (
+    "the user's messages hold first-person statements, but extraction found no fact in them: "
+    "check that the model follows the output schema (or the request's instructions)"
+)
+NOTHING_KEPT = "nothing was kept: extraction found no fact about the user in these messages"
+NOTHING_KEPT_OFFLINE = (
+    "nothing was kept: the offline extractor (no model configured) keeps only statements in the "
+    'user\'s own messages that speak in the first person ("I…", "my…") or about "the '
+    "user\"; assistant and system messages are read only in an agent's own scope. Configure a "
+    "model, or add with infer=false to store the messages as they are"
+)
+
+
 class MemoryEvent(Scoped):
     """The durable record of one asynchronous add request (the outbox the workers drain).
 
@@ -285,8 +299,9 @@ class MemoryEvent(Scoped):
     # "added", "invalidated"} (memory.extraction.graph_step.record_graph); {} until processed.
     graph = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
-    # Set when the user's messages state something in the first person but extraction found no
-    # fact at all (extraction.pipeline.NOTHING_EXTRACTED): a model that may not be working.
+    # Set when a user's add kept nothing (extraction.pipeline): NOTHING_EXTRACTED when the
+    # user's messages state something in the first person (a model that may not be working),
+    # else one of the NOTHING_KEPT texts.
     warning = models.TextField(blank=True, default="")
     extractor = models.CharField(max_length=20, blank=True, default="")
     attempts = models.PositiveSmallIntegerField(default=0)
@@ -534,6 +549,9 @@ from memory.models.embedding import EmbeddingSpace  # noqa: E402
 from memory.models.profiles import ProfileJob, ProfileSettings, UserProfile  # noqa: E402
 
 __all__ = [
+    "NOTHING_EXTRACTED",
+    "NOTHING_KEPT",
+    "NOTHING_KEPT_OFFLINE",
     "SCOPE_FIELDS",
     "SCOPE_MAX_LENGTH",
     "EmbeddingSpace",

@@ -15,6 +15,7 @@ This module is the package's interface: callers write `from memory import querie
 - relations: the graph reads (graph_edges, paged relations, traversal, a search's relations);
 - dashboard: the dashboards' reads (scope counts, the browser, an end user's own memories,
   where a memory came from);
+- pages: pages that never drop a row (the API's and the dashboards' lists);
 - purge: what purge_expired reads (expired memories, retention periods, memories due).
 
 May import memory.models, memory.graph, memory.retrieval, memory.text, audit.models, tenants and
@@ -52,6 +53,7 @@ from memory.queries.dashboard import (
     user_memory_kept,
     user_relations,
 )
+from memory.queries.pages import StablePaginator
 from memory.queries.purge import Retention, expired, retention, retention_due
 from memory.queries.records import (
     erasure,
@@ -82,6 +84,7 @@ __all__ = [
     "GraphRelations",
     "Retention",
     "ScopeCounts",
+    "StablePaginator",
     "active_for_update",
     "browse_memories",
     "entities",

@@ -27,7 +27,6 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, re_path
@@ -168,7 +167,7 @@ def _home_page(request: HttpRequest, me: EndUser, query: str, error: str) -> Htt
             found: Any = [hit.memory for hit in hits]
         else:
             found = mine
-        page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
+        page = queries.StablePaginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
         deleted = list(queries.user_deleted_memories(me.project_id, me.user_id)[:DELETED_SHOWN])
         project = _project(me)
         context = {

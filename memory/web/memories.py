@@ -16,7 +16,6 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
@@ -233,7 +232,9 @@ def _memory_page(
             if query is not None:
                 context.update(_search(dash, found, query, nearest=nearest))
             elif not text:
-                context["page"] = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
+                context["page"] = queries.StablePaginator(found, PAGE_SIZE).get_page(
+                    request.GET.get("page")
+                )
             context["scope"] = form.scope()
             if set(context["scope"]) == {"user_id"}:  # one user's page: their profile too
                 user_id = context["scope"]["user_id"]

@@ -28,7 +28,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from memory import actions, graph, queries
-from memory.models import SCOPE_MAX_LENGTH, MemoryEvent
+from memory.models import NOTHING_EXTRACTED, SCOPE_MAX_LENGTH, MemoryEvent
 from memory.retrieval.filters import FilterError
 from memory.web import graph_picture
 from memory.web.common import Dashboard, operator_page
@@ -66,8 +66,9 @@ def usage_since(days: int = USAGE_DAYS) -> datetime:
 
 @operator_page()
 def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    """The add requests, 25 a page; how many of the last 30 days' extracted nothing from
-    first-person messages (a warning: a model that may not be working); the model usage of the
+    """The add requests, 25 a page, each marked when it kept nothing; how many of the last 30
+    days' extracted nothing from first-person messages (a model that may not be working); the
+    model usage of the
     last 30 days per day, per user and per agent; filtered by a user, that user's usage per
     day."""
     form = EventFilterForm(request.GET)
@@ -81,10 +82,12 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     ).defer("payload", "results", "graph")  # the list shows none of them
     if wanted.get("warning"):
         found = found.exclude(warning="")
-    page = Paginator(found, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    page = queries.StablePaginator(found, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
     since = usage_since()
     warned = (
-        queries.events(dash.project.pk).filter(created_at__gte=since).exclude(warning="").count()
+        queries.events(dash.project.pk)
+        .filter(created_at__gte=since, warning=NOTHING_EXTRACTED)
+        .count()
     )
     days = queries.usage_per_day(dash.project.pk, since=since)
     totals = {key: sum(day[key] for day in days) for key in USAGE_KEYS}
@@ -104,6 +107,7 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "form": form,
         "page": page,
         "warned": warned,
+        "nothing_extracted": NOTHING_EXTRACTED,
         "days": days,
         "totals": totals,
         "rerank_days": rerank_days,

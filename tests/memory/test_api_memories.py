@@ -133,7 +133,8 @@ class MemoriesTestCase(BaseTestCase):
         self.call("post", "/v3/memories/", {"filters": {"user_id": "alice"}})
         with self.assertNumQueries(9):
             # 1 key (no transaction yet), then the view's tenant transaction: (savepoint)
-            # 2 tenant, 3 count, 4 page without vectors, 5 the page's linked_memory_ids,
+            # 2 tenant, 3 page without vectors, 4 count (after the rows: a memory stored
+            # between the two never pushes one off the page), 5 the page's linked_memory_ids,
             # 6 access log, (tenant restored, release). The savepoint and the restore exist
             # only because the test itself runs in a transaction; a real request runs 1-6 and
             # a commit.

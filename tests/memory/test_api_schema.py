@@ -34,12 +34,13 @@ from referencing.jsonschema import DRAFT202012
 
 from memory import actions, graph
 from memory.actions import profiles as profile_actions
+from memory.api import processed
 from memory.api import responses as r
 from memory.api.events import event_data
 from memory.api.memories import history_data
 from memory.api.serializers import AddSerializer, memory_data
 from memory.extraction.llm.offline import OfflineExtractor
-from memory.extraction.llm.types import Context, Fact, Usage
+from memory.extraction.llm.types import Context, Fact, ModelOutputError, Usage
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory, ScopeSummary
 from memory.text import embeddings
@@ -58,6 +59,9 @@ V1_1 = {"output_format": "v1.1"}
 ALL = {"latest_only": False, "include_merged": True, "keyword_search": True}
 TRAVERSE = {"entity": "alice", **ALICE}
 NEW_FACT = {"messages": "I drink oolong", "user_id": "alice", "infer": False}
+# A synchronous add (infer=true, waited for): as mem0ai 0.1.x sends it to v1, and on v3.
+LEGACY_ADD = {"messages": "I drink matcha", "user_id": "fay"}
+SYNC_ADD = {**LEGACY_ADD, "async_mode": False}
 OTHER_FACT = {"messages": "I drink sencha", "user_id": "alice", "infer": False}
 PROFILE_SCHEMA = {"properties": {"drink": {"type": "string", "description": "What they drink"}}}
 PROFILE_SETTINGS = {"enabled": True, "entities": {"user": {"schema": PROFILE_SCHEMA}}}
@@ -161,6 +165,13 @@ def template(path: str) -> str:
         if part.startswith("<"):
             route = route.replace(part, "{" + part.strip("<>").split(":")[-1] + "}")
     return "/" + route
+
+
+class Refusing(OfflineExtractor):
+    """A model whose replies cannot be used: its requests fail."""
+
+    def extract(self, context: Context) -> tuple[list[Fact], Usage]:
+        raise ModelOutputError("the model refused (asked twice)")
 
 
 class Silent(OfflineExtractor):
@@ -271,10 +282,23 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(409, "post", "/v3/memories/add/", OTHER_FACT, idempotency_key="schema-key-1"),
             Sample(200, "post", "/v1/memories/", NEW_FACT, idempotency_key="schema-key-2"),
             Sample(409, "post", "/v1/memories/", OTHER_FACT, idempotency_key="schema-key-2"),
-            Sample(200, "post", "/v1/memories/", {**NEW_FACT, "infer": True}),
+            Sample(200, "post", "/v1/memories/", {**NEW_FACT, "infer": True, "async_mode": True}),
             Sample(
-                200, "post", "/v1/memories/", {**NEW_FACT, "infer": True, **V1_1, "version": "v2"}
+                200,
+                "post",
+                "/v1/memories/",
+                {**NEW_FACT, "infer": True, "async_mode": True, **V1_1, "version": "v2"},
             ),
+            # Synchronous adds: processed in time, not in time, failed, erased meanwhile.
+            Sample(200, "post", "/v3/memories/add/", SYNC_ADD, fault="worker"),
+            Sample(200, "post", "/v1/memories/", LEGACY_ADD, fault="worker"),
+            Sample(200, "post", "/v1/memories/", {**LEGACY_ADD, **V1_1}, fault="worker"),
+            Sample(202, "post", "/v3/memories/add/", SYNC_ADD, fault="no worker"),
+            Sample(202, "post", "/v1/memories/", LEGACY_ADD, fault="no worker"),
+            Sample(502, "post", "/v3/memories/add/", SYNC_ADD, fault="extraction fails"),
+            Sample(502, "post", "/v1/memories/", LEGACY_ADD, fault="extraction fails"),
+            Sample(410, "post", "/v3/memories/add/", SYNC_ADD, fault="erased meanwhile"),
+            Sample(410, "post", "/v1/memories/", LEGACY_ADD, fault="erased meanwhile"),
             Sample(200, "post", "/v1/memories/", {**NEW_FACT, "output_format": "v1.0"}),
             Sample(400, "post", "/v1/memories/", {**NEW_FACT, "messages": []}),
             Sample(503, "post", "/v1/memories/", NEW_FACT, fault="embedder down"),
@@ -527,6 +551,23 @@ class ApiSchemaTestCase(BaseTestCase):
         elif fault == "body limit":
             with override_settings(ENGRAM_MAX_BODY_BYTES=1024):
                 yield
+        elif fault in ("worker", "extraction fails", "erased meanwhile"):
+            # The test's one transaction hides the request from a worker process: the wait
+            # processes the event itself (the real pipeline), as a worker would meanwhile.
+            def waited(project: uuid.UUID, event_id: uuid.UUID, seconds: float) -> Any:
+                if fault == "erased meanwhile":
+                    actions.do_erase_user(project, "fay", actor="test")
+                else:
+                    extractor = OfflineExtractor() if fault == "worker" else Refusing()
+                    process_event(event_id, project, extractor)
+                with project_context(project):
+                    return MemoryEvent.objects.filter(pk=event_id).first()
+
+            with mock.patch.object(processed, "finished_event", waited):
+                yield
+        elif fault == "no worker":
+            with override_settings(ENGRAM_SYNC_ADD_WAIT_MS=0):
+                yield
         else:
             assert fault is None, fault
             yield
@@ -576,6 +617,10 @@ class ApiSchemaTestCase(BaseTestCase):
 
     def test_an_oversized_body_gets_a_documented_413_everywhere(self) -> None:
         self.check_all("body limit")
+
+    def test_synchronous_adds_get_documented_answers(self) -> None:
+        for fault in ("worker", "no worker", "extraction fails", "erased meanwhile"):
+            self.check_all(fault)
 
     def test_the_embedder_down_gets_a_documented_503_where_text_is_embedded(self) -> None:
         self.check_all("embedder down")

@@ -18,7 +18,13 @@ from django.utils.html import escape
 from memory.extraction.llm.claude import ClaudeExtractor
 from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.llm.types import Context, Turn
-from memory.extraction.pipeline import NOTHING_EXTRACTED, process_event, states_first_person
+from memory.extraction.pipeline import (
+    NOTHING_EXTRACTED,
+    NOTHING_KEPT,
+    NOTHING_KEPT_OFFLINE,
+    process_event,
+    states_first_person,
+)
 from memory.models import Memory, MemoryEvent
 from tenants.db import project_context
 from tenants.models import Membership
@@ -119,17 +125,20 @@ class WarningTestCase(LoudTestCase):
         only = self.events_page({"warning": "on"})
         assert COUNTED in only and str(warned.id) in only and str(stored.id) not in only
 
-    def test_a_question_or_a_greeting_is_not_a_statement(self) -> None:
+    def test_a_question_or_a_greeting_is_not_a_statement_but_kept_nothing(self) -> None:
         self.fake.script(NOTHING, NOTHING, NOTHING)
         for said in ("what's the weather?", "hi", "Can you tell me where I left my keys?"):
             done = self.run_event(said)
-            assert (done.status, done.warning) == ("SUCCEEDED", ""), said
-        assert "extracted nothing from first-person messages" not in self.events_page()
+            assert (done.status, done.warning) == ("SUCCEEDED", NOTHING_KEPT), said
+        page = self.events_page()
+        # Not counted as a model that may not be working, but each row says it kept nothing.
+        assert "extracted nothing from first-person messages" not in page
+        assert page.count("Nothing kept</span>") == 3
 
     def test_the_assistants_first_person_and_an_agents_scope_are_not_the_users(self) -> None:
         self.fake.script(NOTHING)
         done = self.run_event({"role": "assistant", "content": "I am happy to help with that."})
-        assert done.warning == ""
+        assert done.warning == NOTHING_KEPT
         turns = [Turn(0, "user", BERLIN)]
         assert states_first_person(Context(turns, DAY))
         assert not states_first_person(Context(turns, DAY, about_agent=True))
@@ -144,10 +153,40 @@ class WarningTestCase(LoudTestCase):
 
     def test_the_offline_extractor_does_not_trip_it(self) -> None:
         offline = OfflineExtractor()
-        for said in (BERLIN, "My sister's name is Ann.", "I'm allergic to peanuts", "hi"):
+        for said in (BERLIN, "My sister's name is Ann.", "I'm allergic to peanuts"):
             done = self.run_event(said, extractor=offline)
             assert (done.status, done.warning) == ("SUCCEEDED", ""), said
         assert self.fake.requests == []
+
+    def test_the_offline_extractor_keeps_what_frameworks_store_and_says_what_it_cannot(
+        self,
+    ) -> None:
+        offline = OfflineExtractor()
+        # AutoGen's own example: a statement about the user in the third person.
+        done = self.run_event("User likes the color blue.", extractor=offline)
+        assert (done.warning, [r["event"] for r in done.results]) == ("", ["ADD"])
+        assert "User likes the color blue." in self.memories()
+        # CrewAI's task outputs come as assistant messages in the user's scope; a greeting says
+        # nothing: both keep nothing, and the event says what the offline extractor keeps.
+        crew = {"role": "assistant", "content": "The report is written: it has three sections."}
+        for said in (crew, "hi"):
+            done = self.run_event(said, extractor=offline)
+            assert (done.status, done.warning, done.results) == (
+                "SUCCEEDED",
+                NOTHING_KEPT_OFFLINE,
+                [],
+            ), said
+        # An agent's own scope never warns: its adds are the agent's own notes.
+        with project_context(self.project.pk):
+            agent = {"user_id": None, "agent_id": "bot", "app_id": None, "run_id": None}
+            event = MemoryEvent.objects.create(
+                project=self.project,
+                payload={"messages": [{"role": "user", "content": "hi"}], "scope": agent},
+                **agent,
+            )
+        process_event(event.id, self.project.pk, offline)
+        with project_context(self.project.pk):
+            assert MemoryEvent.objects.get(pk=event.pk).warning == ""
 
 
 @override_settings(ENGRAM_GRAPH_EXTRACTION=False)  # the extraction calls alone are counted

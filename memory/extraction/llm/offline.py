@@ -65,6 +65,9 @@ FILLERS = frozenset(
         "i understand",
     }
 )
+# A statement about the user in the third person, as agent frameworks store what they learnt
+# ("User likes the color blue.", AutoGen's example; "The user's name is Ann."): kept as is.
+ABOUT_USER = re.compile(r"^(?:the\s+)?user(?:'s|\u2019s)?\s+\w", re.IGNORECASE)
 # A sentence ends at ". ", "! ", "? ", or at Chinese and Japanese full stops with no space.
 SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
 # Languages whose statements usually leave the first person out: Spanish, Italian, Portuguese,
@@ -226,7 +229,8 @@ class OfflineExtractor:
 
     It keeps first-person statements (first_person(): English's, those recognise.mentions_self
     reads in German, Spanish, French, Russian, Arabic, Hindi, Chinese, Japanese and Korean, and
-    any statement in a language that drops the pronoun) from user messages (for an agent
+    any statement in a language that drops the pronoun) and statements about "the user"
+    (ABOUT_USER) from user messages (for an agent
     scope, the agent's own messages, first person or not), sentence by sentence, verbatim but for a
     leading greeting ("Hello, my name is Ann." keeps "My name is Ann."); drops questions,
     single words and short fillers ("I see", "me too");
@@ -255,7 +259,7 @@ class OfflineExtractor:
                     (len(text.split()) < 2 and len(CJK.findall(text)) < CJK_STATEMENT)
                     or text.endswith(QUESTION)
                     or key in FILLERS
-                    or not (context.about_agent or first_person(text))
+                    or not (context.about_agent or first_person(text) or ABOUT_USER.match(text))
                     or key in seen
                 ):
                     continue
