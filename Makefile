@@ -10,11 +10,12 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model model-mpnet model-e5 db migrate run stop test lint format browser node-client docs
+.PHONY: help install venv postgres model model-mpnet model-e5 db migrate run stop test compat lint format browser node-client docs
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
 	@echo "make test   install what is missing, start Postgres, run the test suite"
+	@echo "make compat install the agent frameworks' pinned Mem0 integrations, run them against engram"
 	@echo "make lint   ruff, mypy and the migrations check"
 	@echo "make stop   stop what make run started (server and Postgres)"
 	@echo "make docs   build the documentation site into site/ (MkDocs, --strict, offline)"
@@ -77,6 +78,13 @@ stop:
 test: venv db model model-mpnet model-e5 browser node-client
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
+
+# The agent frameworks' own Mem0 integrations (tests/compat/<name>/, each pinned, each in a
+# throw-away environment of its own under .local/compat/) against a live server and worker.
+compat: venv db model
+	@bash scripts/install-compat.sh
+	@mkdir -p .local/static
+	@$(WITH_ENV) ENGRAM_COMPAT=1 $(BIN)/pytest tests/compat
 
 lint: venv db
 	$(BIN)/ruff format --check .
