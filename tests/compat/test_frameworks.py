@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,15 @@ from tests.memory.test_events import start_worker, stop
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-FRAMEWORKS = sorted(d.name for d in HERE.iterdir() if (d / "driver.py").is_file())
+FRAMEWORKS = sorted(
+    d.name for d in HERE.iterdir() if (d / "driver.py").is_file() or (d / "driver.mjs").is_file()
+)
+# The integration package of each JavaScript folder (its version is checked against the lock).
+JS_PACKAGES = {
+    "langchainjs": "@langchain/community",
+    "mastra": "@mastra/mem0",
+    "vercelai": "@mem0/vercel-ai-provider",
+}
 STEPS = (
     "add_alice",
     "add_bob",
@@ -48,12 +57,19 @@ CANNOT: dict[str, set[str]] = {
     "msaf": set(),
     "praisonai": set(),
     "strands": set(),
+    "langchainjs": {"delete_alice", "list_alice_after_delete"},
+    "mastra": {"list_alice", "delete_alice", "list_alice_after_delete"},
+    "vercelai": {"list_alice", "delete_alice", "list_alice_after_delete"},
 }
 DRIVER_TIMEOUT_SECONDS = 300
 
 
 def pinned(framework: str) -> str:
-    """The integration's version, as its requirements.txt pins it (the first line)."""
+    """The integration's version, as its requirements.txt (the first line) or its
+    package-lock.json pins it."""
+    if framework in JS_PACKAGES:
+        lock = json.loads((HERE / framework / "package-lock.json").read_text())
+        return str(lock["packages"][f"node_modules/{JS_PACKAGES[framework]}"]["version"])
     first = (HERE / framework / "requirements.txt").read_text().splitlines()[0]
     return first.split("==")[1].strip()
 
@@ -66,8 +82,16 @@ def worker(committed_db: None) -> Iterator[None]:
 
 
 def run_driver(framework: str, host: str, api_key: str, run: str, home: Path) -> dict[str, Any]:
-    python = ROOT / ".local" / "compat" / framework / "bin" / "python"
-    assert python.is_file(), f"{framework} is not installed: run `make compat`"
+    folder = HERE / framework
+    if framework in JS_PACKAGES:
+        node = shutil.which("node")
+        installed = folder / "node_modules" / ".engram-compat-sha256"
+        assert node and installed.is_file(), f"{framework} is not installed: run `make compat`"
+        command = [node, str(folder / "driver.mjs")]
+    else:
+        python = ROOT / ".local" / "compat" / framework / "bin" / "python"
+        assert python.is_file(), f"{framework} is not installed: run `make compat`"
+        command = [str(python), str(folder / "driver.py")]
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),  # nothing a framework writes lands in the real home
@@ -77,7 +101,7 @@ def run_driver(framework: str, host: str, api_key: str, run: str, home: Path) ->
         "ENGRAM_RUN": run,
     }
     done = subprocess.run(
-        [str(python), str(HERE / framework / "driver.py")], cwd=home, env=env,
+        command, cwd=folder if framework in JS_PACKAGES else home, env=env,
         capture_output=True, text=True, timeout=DRIVER_TIMEOUT_SECONDS, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
