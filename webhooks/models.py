@@ -104,6 +104,7 @@ class Delivery(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "deliveries"
         indexes: ClassVar = [
             models.Index(fields=["status", "next_attempt_at"], name="delivery_due"),
             models.Index(fields=["project", "created_at"], name="delivery_project_time"),

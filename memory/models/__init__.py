@@ -186,6 +186,7 @@ class Memory(Scoped):
     objects = MemoryQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = "memories"
         indexes: ClassVar = [
             # memory_embedding_hnsw, partial on active rows (search never looks at superseded or
             # deleted memories), is on (embedding::vector(N)): memory.actions.reembed. The
@@ -395,6 +396,7 @@ class ScopeSummary(Scoped):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name_plural = "scope summaries"
         constraints: ClassVar = [
             models.UniqueConstraint(
                 fields=["project", *SCOPE_FIELDS],
@@ -446,6 +448,7 @@ class MemoryHistory(Scoped):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "memory histories"
         # Created in the audit app, whose table it keeps (renamed by migration 0010).
         db_table = "memory_memoryhistory"
         indexes: ClassVar = [
@@ -473,6 +476,7 @@ class MemoryEntity(Scoped):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "memory entities"
         constraints: ClassVar = [
             models.UniqueConstraint(fields=["memory", "entity_name"], name="memory_entity_once")
         ]

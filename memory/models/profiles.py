@@ -27,6 +27,9 @@ class ProfileSettings(models.Model):
     custom_instructions = models.TextField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        verbose_name_plural = "profile settings"
+
     def __str__(self) -> str:
         return f"profiles {'on' if self.enabled else 'off'}"
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models import Exists, OuterRef
 
 from memory import graph
 from memory.models import Memory, MemoryEvent, MemoryHistory, MemoryQuerySet
@@ -110,6 +111,26 @@ def user_memories(project_id: uuid.UUID, user_id: str) -> MemoryQuerySet:
     """The user's own scope: their active memories, whatever the agent, app or run, newest
     first (by the partial (project, user_id, created_at) index)."""
     return memories(project_id).active().filter(user_id=user_id).order_by("-created_at", "-id")
+
+
+def user_memories_listed(project_id: uuid.UUID, user_id: str) -> MemoryQuerySet:
+    """The user's memories as their own page lists them: without vectors, each with `changed`,
+    whether its text was ever changed since it was remembered (an edit, a restore or a revert of
+    it, or a memory it replaced), by two indexed EXISTS per row of the page."""
+    edits = MemoryHistory.objects.filter(
+        memory_id=OuterRef("pk"),
+        event__in=[
+            MemoryHistory.Event.UPDATE,
+            MemoryHistory.Event.RESTORE,
+            MemoryHistory.Event.REVERT,
+        ],
+    )
+    replaced = Memory.objects.filter(replaced_by_id=OuterRef("pk"))
+    return (
+        user_memories(project_id, user_id)
+        .light()
+        .annotate(changed=Exists(edits) | Exists(replaced))
+    )
 
 
 def user_memory(project_id: uuid.UUID, user_id: str, memory_id: uuid.UUID) -> Memory | None:

@@ -166,7 +166,7 @@ def _home_page(request: HttpRequest, me: EndUser, query: str, error: str) -> Htt
             hits = searching.search(me.project_id, mine, analysed, top_k=SEARCH_RESULTS).hits
             found: Any = [hit.memory for hit in hits]
         else:
-            found = mine
+            found = queries.user_memories_listed(me.project_id, me.user_id)
         page = queries.StablePaginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
         deleted = list(queries.user_deleted_memories(me.project_id, me.user_id)[:DELETED_SHOWN])
         project = _project(me)

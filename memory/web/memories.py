@@ -236,9 +236,12 @@ def _memory_page(
                     request.GET.get("page")
                 )
             context["scope"] = form.scope()
-            if set(context["scope"]) == {"user_id"}:  # one user's page: their profile too
+            # One user's page: their profile too, if there is such a user (one with memories).
+            if set(context["scope"]) == {"user_id"}:
                 user_id = context["scope"]["user_id"]
-                context["profile"] = profile_queries.profile_card(dash.project.pk, user_id)
+                profile = profile_queries.profile_card(dash.project.pk, user_id)
+                if profile is not None and queries.user_memories(dash.project.pk, user_id).exists():
+                    context["profile"] = profile
         return render(request, "web/operator/memories.html", context)
 
 

@@ -51,8 +51,15 @@ ENTITY_MAX_LENGTH = 1000  # a focused entity's name, as the API's traverse takes
 # -- events and model usage ----------------------------------------------------------------
 
 
+REVERTED = "REVERTED"
+
+
 class EventFilterForm(forms.Form):
-    status = forms.ChoiceField(choices=[("", "Any"), *MemoryEvent.Status.choices], required=False)
+    # REVERTED: a SUCCEEDED request whose changes were undone since (the list's SUCCEEDED
+    # leaves those out).
+    status = forms.ChoiceField(
+        choices=[("", "Any"), *MemoryEvent.Status.choices, (REVERTED, "Reverted")], required=False
+    )
     user_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="User id")
     agent_id = forms.CharField(max_length=SCOPE_MAX_LENGTH, required=False, label="Agent id")
     warning = forms.BooleanField(required=False, label="Only with a warning")
@@ -74,12 +81,17 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     form = EventFilterForm(request.GET)
     wanted = form.cleaned_data if form.is_valid() else {}
     user_id = wanted.get("user_id") or None
+    status = wanted.get("status") or None
     found = queries.events(
         dash.project.pk,
-        wanted.get("status") or None,
+        MemoryEvent.Status.SUCCEEDED if status == REVERTED else status,
         user_id=user_id,
         agent_id=wanted.get("agent_id") or None,
     ).defer("payload", "results", "graph")  # the list shows none of them
+    if status == REVERTED:
+        found = found.filter(reverted_at__isnull=False)
+    elif status == MemoryEvent.Status.SUCCEEDED:
+        found = found.filter(reverted_at__isnull=True)
     if wanted.get("warning"):
         found = found.exclude(warning="")
     page = queries.StablePaginator(found, EVENTS_PER_PAGE).get_page(request.GET.get("page"))

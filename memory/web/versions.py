@@ -48,7 +48,7 @@ class Version:
     text: str
     pieces: list[Piece]
     cause: str  # who or what made it, in words
-    event_id: uuid.UUID | None  # the add request behind it, if any
+    event_id: uuid.UUID | None  # the add request behind it, if its event is stored
     current: bool  # the text the memory has now
 
 
@@ -115,6 +115,16 @@ def versions(project_id: uuid.UUID, memory: Memory, *, described: Cause = cause)
         if row.event in GIVES_TEXT and row.new_memory is not None
     ]
     rows.sort(key=lambda row: (row.created_at, str(row.id)))
+    # A superseded memory's last row is its supersession: the replacement's text, not its own.
+    last = rows[-1] if rows else None
+    if (
+        memory.replaced_by_id
+        and last is not None
+        and last.memory_id == memory.pk
+        and last.event == MemoryHistory.Event.UPDATE
+        and last.new_memory != memory.text
+    ):
+        rows = rows[:-1]
     events = queries.events_by_id(project_id, {r.event_id for r in rows if r.event_id})
     return list(reversed(_versions(rows, events, memory, described)))
 
@@ -127,10 +137,12 @@ def _versions(
 ) -> list[Version]:
     found: list[Version] = []
     before = ""
+    last_request: uuid.UUID | None = None
     for row in rows:
         text = row.new_memory or ""
-        if found and (found[-1].text, found[-1].event_id) == (text, row.event_id) and row.event_id:
+        if found and (found[-1].text, last_request) == (text, row.event_id) and row.event_id:
             continue  # a supersession: the old memory's UPDATE row, then its replacement's ADD
+        last_request = row.event_id
         found.append(
             Version(
                 history_id=row.id,
@@ -140,12 +152,15 @@ def _versions(
                 text=text,
                 pieces=word_diff(before, text) if before else [Piece("same", text)],
                 cause=described(row, events),
-                event_id=row.event_id,
+                # An add stored as sent (infer=false) names a request that has no event.
+                event_id=row.event_id if row.event_id in events else None,
                 current=False,
             )
         )
         before = text
-    if found and found[-1].text == memory.text:
+    # "Current": the text an active memory has now (a deleted, redacted or superseded one has
+    # none in use).
+    if found and found[-1].text == memory.text and memory.state == Memory.State.ACTIVE:
         last = found[-1]
         found[-1] = Version(**{**last.__dict__, "current": True})
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
@@ -64,6 +65,27 @@ class EndUserDashboardTestCase(BaseTestCase):
         # 9 the project reset (outer context), 10 release
         with self.assertNumQueries(10):
             self.client.get(self.url("home"))
+
+    def test_it_counts_the_memories_and_says_changed_only_of_changed_ones(self) -> None:
+        # Issue #50: a memory stored with an older timestamp (updated_at after created_at) was
+        # "changed" though no one changed it; an edited one is.
+        with project_context(self.project.pk):
+            Memory.objects.filter(pk=self.oslo.pk).update(
+                created_at=self.oslo.created_at - timedelta(days=3)
+            )
+        fixed = self.client.post(
+            self.url("correct", memory_id=self.tea.pk), {"text": "Alice likes tea"}
+        )
+        assert fixed.status_code == 302
+        page = self.client.get(self.url("home")).content.decode()
+        assert "All your memories: 3</h2>" in page
+        assert page.count(", changed ") == 1
+        edited = page.index("Alice likes tea")
+        assert page.index(", changed ", edited) < page.index("Where it came from", edited)
+        # None left: said so, not "All your memories".
+        token, _ = links.mint(self.alice.key, "nobody-yet", 3600)
+        empty = self.client.get(self.url("home", token=token)).content.decode()
+        assert "No memory is kept for you</h2>" in empty
 
     def test_it_searches_the_users_memories_only(self) -> None:
         page = self.client.get(self.url("home"), {"q": "green tea"})

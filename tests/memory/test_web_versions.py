@@ -12,11 +12,11 @@ from django.test import TestCase, override_settings
 from memory import actions
 from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event
-from memory.models import Memory, MemoryEvent, MemoryHistory
+from memory.models import Memory, MemoryEvent, MemoryHistory, ProfileSettings
 from memory.web.versions import Piece, versions, word_diff
 from tenants.db import project_context
 from tenants.models import Project
-from tests.factory import make_key
+from tests.factory import add_texts, make_key
 from tests.memory.test_web_memories import person
 
 SCOPE = {"user_id": "alice", "agent_id": None, "app_id": None, "run_id": None}
@@ -144,3 +144,86 @@ class VersionsTestCase(TestCase):
         with override_settings(ENGRAM_EXTRACTOR="openai", ENGRAM_LLM_MODEL="qwen3:8b"):
             local = self.client.get(url).content.decode()
         assert "extracted by an OpenAI-compatible endpoint, model <code>qwen3:8b</code>" in local
+
+
+class DashboardLabelsTestCase(VersionsTestCase):
+    """Issue #50, part 3: what the pages call things (items 3, 4, 11 and 12)."""
+
+    def test_a_memory_stored_as_sent_has_no_add_request_link(self) -> None:
+        with project_context(self.project.pk):
+            (memory,) = add_texts(self.project, ["I keep bees."], user_id="alice")
+        self.client.force_login(self.reader)
+        page = self.client.get(self.url(memory)).content.decode()
+        (version,) = self.client.get(self.url(memory)).context["versions"]
+        assert version.event_id is None  # its request id names no stored event: no 404 link
+        assert ">add request</a>" not in page
+        # A model's memory links its event.
+        self.said("I live in Austin.")
+        with project_context(self.project.pk):
+            extracted = Memory.objects.get(text="I live in Austin.")
+        linked = self.client.get(self.url(extracted)).content.decode()
+        assert ">add request</a>" in linked
+
+    def test_a_superseded_memory_shows_only_its_own_texts_and_none_is_current(self) -> None:
+        self.said("I live in Austin.")
+        self.said("I live in Porto.")
+        with project_context(self.project.pk):
+            old = Memory.objects.get(text="I live in Austin.")
+        assert old.state == "superseded"
+        self.client.force_login(self.reader)
+        shown = self.client.get(self.url(old)).context["versions"]
+        assert [(v.text, v.current) for v in shown] == [("I live in Austin.", False)]
+        # Deleted: its last text is kept, not "current".
+        memory = self.current()
+        actions.do_delete_memory(memory, actor=actions.Actor("user", "owen"))
+        with project_context(self.project.pk):
+            deleted = Memory.objects.get(pk=memory.pk)
+        page = self.client.get(self.url(deleted))
+        assert not any(v.current for v in page.context["versions"])
+        assert b"<strong>current</strong>" not in page.content
+
+    def test_a_reverted_request_says_so_in_the_list_the_page_and_the_filter(self) -> None:
+        self.said("I live in Austin.")
+        moved = self.said("I live in Porto.")
+        events = f"/dashboard/p/{self.project.pk}/events/"
+        self.client.force_login(self.owner)
+        self.client.post(f"{events}{moved.pk}/revert/")
+        page = self.client.get(f"{events}{moved.pk}/").content.decode()
+        assert '<span class="badge status-reverted">REVERTED</span>' in page
+        assert page.count('<span class="badge status-reverted">undone</span>') == 1
+        listed = self.client.get(events).content.decode()
+        assert listed.count(">REVERTED</span>") == 1
+        reverted = self.client.get(events, {"status": "REVERTED"}).context["page"].object_list
+        succeeded = self.client.get(events, {"status": "SUCCEEDED"}).context["page"].object_list
+        assert [e.pk for e in reverted] == [moved.pk]
+        assert moved.pk not in [e.pk for e in succeeded] and len(succeeded) == 1
+
+    def test_empty_lists_and_unknown_users_say_so(self) -> None:
+        self.client.force_login(self.reader)
+        memories = f"/dashboard/p/{self.project.pk}/memories/"
+        empty = self.client.get(memories, {"user_id": "nobody"}).content.decode()
+        assert "<h2>No memories</h2>" in empty and "0 memories" not in empty
+        with project_context(self.project.pk):
+            ProfileSettings.objects.create(
+                project=self.project,
+                enabled=True,
+                schema={"properties": {"drink": {"type": "string", "description": "Drink"}}},
+            )
+            add_texts(self.project, ["I drink tea."], user_id="alice")
+        assert b"Not built yet" in self.client.get(memories, {"user_id": "alice"}).content
+        assert b"Not built yet" not in self.client.get(memories, {"user_id": "nobody"}).content
+
+    def test_the_admin_says_memories(self) -> None:
+        assert str(Memory._meta.verbose_name_plural) == "memories"
+        assert str(MemoryHistory._meta.verbose_name_plural) == "memory histories"
+        self.client.force_login(
+            User.objects.create_superuser("root", email="root@example.com", password="pw")
+        )
+        page = self.client.get("/admin/memory/memory/").content.decode()
+        assert "0 memories" in page and "memorys" not in page
+
+    def test_the_memory_page_numbers_messages_from_one(self) -> None:
+        self.said("I live in Austin.")
+        self.client.force_login(self.reader)
+        page = self.client.get(self.url(self.current())).content.decode()
+        assert '<ol class="messages-list">' in page and 'start="0"' not in page
