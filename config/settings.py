@@ -127,6 +127,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "memory.web.common.dashboard_context",
             ],
+            # A user's text shows its invisible direction characters (memory.templatetags).
+            "builtins": ["memory.templatetags.controls"],
         },
     },
 ]

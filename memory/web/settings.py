@@ -15,7 +15,7 @@ from django import forms
 from django.conf import settings as django_settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.utils.html import format_html
@@ -208,7 +208,8 @@ def member_add(request: HttpRequest, dash: Dashboard) -> HttpResponse:
 @operator_page(write=True)
 @require_POST
 def member_change(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    """Change a member's role (`role` given) or remove the member (`remove`)."""
+    """Change a member's role (`role` given) or remove the member (`remove`: the confirmation
+    page's form, member_remove, is the dashboard's way)."""
     _owner_only(dash)
     form = MemberForm(request.POST)
     if not form.is_valid():
@@ -231,8 +232,35 @@ def member_change(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     return redirect("web:settings", project_id=dash.project.pk)
 
 
+@operator_page(write=True)
+def member_remove(request: HttpRequest, dash: Dashboard, membership_id: int) -> HttpResponse:
+    """GET: a confirmation; POST: the member loses every project of the organization."""
+    _owner_only(dash)
+    member = (
+        Membership.objects.filter(organization_id=dash.project.organization_id, pk=membership_id)
+        .select_related("user")
+        .first()
+    )
+    if member is None or not member.user.email:
+        raise Http404("No such member.")
+    if request.method != "POST":
+        context = {"section": "settings", "member": member}
+        return render(request, "web/operator/member_remove.html", context)
+    email = member.user.email
+    try:
+        actions.do_remove_member(dash.project.organization, email=email)
+    except actions.MemberNotFoundError:
+        messages.error(request, format_html("<bdi>{}</bdi> is not a member.", email))
+    except actions.ConflictError as refused:
+        messages.error(request, str(refused).removeprefix("email: "))
+    else:
+        messages.success(request, format_html("<bdi>{}</bdi> is no longer a member.", email))
+    return redirect("web:settings", project_id=dash.project.pk)
+
+
 urlpatterns = [
     path("settings/", settings, name="settings"),
+    path("settings/members/<int:membership_id>/remove/", member_remove, name="member_remove"),
     path("settings/members/add/", member_add, name="member_add"),
     path("settings/members/change/", member_change, name="member_change"),
 ]

@@ -65,9 +65,12 @@ def webhook_enable(request: HttpRequest, dash: Dashboard, webhook_id: int) -> Ht
 
 
 @operator_page(write=True)
-@require_POST
 def webhook_rotate(request: HttpRequest, dash: Dashboard, webhook_id: int) -> HttpResponse:
+    """GET: a confirmation (the receiver must be given the new secret); POST: rotate."""
     webhook = _webhook(dash, webhook_id)
+    if request.method != "POST":
+        context = {"section": "webhooks", "webhook": webhook}
+        return render(request, "web/operator/webhook_rotate.html", context)
     secret = actions.do_rotate_secret(webhook)
     request.session[NEW_SECRET] = {
         "project": str(dash.project.pk),

@@ -23,6 +23,7 @@ from django.urls import reverse
 from memory import graph
 from memory.graph import Scope
 from memory.models import Memory, MemoryEvent
+from memory.templatetags.controls import visible_controls
 from tenants import links
 from tenants.actions import NewApiKey
 from tenants.db import project_context
@@ -31,6 +32,7 @@ from tests.factory import add_texts, make_key, make_memory
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
 FSI, PDI = "\u2068", "\u2069"
+MARKER = "⟪RLO⟫"  # how a page shows an override in a user's text
 EVIL = f"{RLO}evil-rlo"  # shows as "olr-live"
 FILE = f"invoice{RLO}gnp.exe"  # shows as "invoiceexe.png"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
@@ -61,6 +63,8 @@ class _Isolation(HTMLParser):
                 return
 
     def handle_data(self, data: str) -> None:
+        # An override shown as its marker (memory/templatetags/controls.py) reorders nothing.
+        self.seen += data.count(MARKER)
         if RLO not in data:
             return
         self.seen += data.count(RLO)
@@ -187,7 +191,7 @@ class DisplayTestCase(TestCase):
             with self.subTest(url=url):
                 self.assert_isolated(self.client.get(url))
         drawn = self.client.get(pages[-1]).content.decode()
-        assert f"<bdi>{FILE}</bdi></a></td>" in drawn  # the relation is listed (a link)
+        assert f"<bdi>{visible_controls(FILE)}</bdi></a></td>" in drawn  # the relation, a link
 
     def test_every_end_user_page_isolates_user_strings(self) -> None:
         token, _ = links.mint(self.key.key, EVIL, 600)

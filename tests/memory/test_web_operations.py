@@ -20,6 +20,7 @@ from django.utils import timezone
 from memory import actions, graph
 from memory.graph import Scope
 from memory.models import Memory, MemoryEvent, UsageDay
+from memory.templatetags.controls import visible_controls
 from memory.web import graph_picture
 from memory.web.operations import NEW_KEYS
 from tenants.db import project_context
@@ -179,12 +180,13 @@ class KeysTestCase(OperationsTestCase):
         name = "\u202egnp.exe"
         self.post(self.olivia, "key_create", {"name": name})
         page = self.client.get(self.url("keys")).content.decode()
-        assert f'<h2 id="new-key-title-1">New key “<bdi>{name}</bdi>”</h2>' in page
-        assert f"<td><bdi>{name}</bdi></td>" in page
+        shown = visible_controls(name)  # the override as a visible marker
+        assert f'<h2 id="new-key-title-1">New key “<bdi>{shown}</bdi>”</h2>' in page
+        assert f"<td><bdi>{shown}</bdi></td>" in page
         key = ApiKey.objects.get(name=name)
         revoke = self.client.get(self.url("key_revoke", key_id=key.pk)).content.decode()
         assert f"<title>Revoke &#x2068;{name}&#x2069; · &#x2068;main&#x2069;" in revoke
-        assert f"Revoke the key “<bdi>{name}</bdi>”?" in revoke
+        assert f"Revoke the key “<bdi>{shown}</bdi>”?" in revoke
         done = self.client.post(self.url("key_revoke", key_id=key.pk), follow=True)
         assert f"The key <bdi>{name}</bdi> is revoked" in done.content.decode()
 

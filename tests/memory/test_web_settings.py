@@ -115,6 +115,28 @@ class SettingsPageTestCase(BaseTestCase):
         self.post(self.olivia, {**change, "remove": "1"}, "member_change")
         assert not Membership.objects.filter(user__username="bob").exists()
 
+    def test_removing_a_member_takes_a_confirmation(self) -> None:
+        bob = get_user_model().objects.create_user("bob", email="bob@example.com")
+        self.post(self.olivia, {"email": "bob@example.com", "role": "admin"}, "member_add")
+        member = Membership.objects.get(user=bob)
+        page = self.client.get(self.url()).content.decode()
+        remove = reverse(
+            "web:member_remove",
+            kwargs={"project_id": self.alice.key.project_id, "membership_id": member.pk},
+        )
+        assert f'href="{remove}"' in page and 'name="remove"' not in page  # a link, no button
+        confirm = self.client.get(remove)
+        assert confirm.status_code == 200
+        assert b"Remove this member" in confirm.content and b"bob@example.com" in confirm.content
+        assert Membership.objects.filter(user=bob).exists()  # a GET changes nothing
+        self.client.force_login(self.rita)  # a reader may not
+        assert self.client.post(remove).status_code == 403
+        self.client.force_login(self.olivia)
+        done = self.client.post(remove, follow=True)
+        assert b"is no longer a member" in done.content
+        assert not Membership.objects.filter(user=bob).exists()
+        assert self.client.get(remove).status_code == 404
+
     def test_an_unknown_email_is_shown_on_the_form(self) -> None:
         response = self.post(
             self.olivia, {"email": "nobody@example.com", "role": "reader"}, "member_add"

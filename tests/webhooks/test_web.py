@@ -66,7 +66,14 @@ class WebhooksPageTestCase(BaseTestCase):
         with self.captureOnCommitCallbacks(execute=False):
             response = self.client.post(f"{self.page}{self.hook.pk}/enable/")
         assert response.status_code == 302
-        rotated = self.client.post(f"{self.page}{self.hook.pk}/rotate/")
+        # Rotating takes a confirmation: the list links to it, and a GET changes nothing.
+        rotate = f"{self.page}{self.hook.pk}/rotate/"
+        assert f'href="{rotate}"' in self.client.get(self.page).content.decode()
+        confirm = self.client.get(rotate)
+        assert confirm.status_code == 200 and b"Rotate the secret" in confirm.content
+        with project_context(self.project.pk):
+            assert Webhook.objects.get(pk=self.hook.pk).secret == self.hook.secret
+        rotated = self.client.post(rotate)
         assert rotated.status_code == 303
         with project_context(self.project.pk):
             hook = Webhook.objects.get(pk=self.hook.pk)
