@@ -263,9 +263,11 @@ ENGRAM_API_SLOW_MS = env_int("ENGRAM_API_SLOW_MS", 1_000, minimum=1)
 ENGRAM_API_SLOW_COOLDOWN_SECONDS = env_int("ENGRAM_API_SLOW_COOLDOWN_SECONDS", 30, minimum=0)
 ENGRAM_API_KEY_SLOW_REQUESTS = env_int("ENGRAM_API_KEY_SLOW_REQUESTS", 2, minimum=1)
 ENGRAM_API_PROJECT_SLOW_REQUESTS = env_int("ENGRAM_API_PROJECT_SLOW_REQUESTS", 3, minimum=1)
-# Failed logins per client address in 15 minutes, on the admin's and the dashboard's login
-# forms together, before both answer 429 (config/logins.py).
+# Failed logins of one account from one client address in 15 minutes, on the admin's and the
+# dashboard's login forms together, before both refuse that account from there (429); and of
+# any accounts from one address, before it is refused for all (config/logins.py).
 ENGRAM_ADMIN_LOGIN_ATTEMPTS = env_int("ENGRAM_ADMIN_LOGIN_ATTEMPTS", 10, minimum=1)
+ENGRAM_LOGIN_ADDRESS_ATTEMPTS = env_int("ENGRAM_LOGIN_ADDRESS_ATTEMPTS", 100, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],

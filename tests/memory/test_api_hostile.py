@@ -436,19 +436,49 @@ class AdminLoginLimitTestCase(HostileTestCase):
         cache.clear()
 
     @override_settings(ENGRAM_ADMIN_LOGIN_ATTEMPTS=3)
-    def test_failed_admin_logins_are_limited_per_address(self) -> None:
+    def test_failed_admin_logins_are_limited_per_account_and_address(self) -> None:
         from django.contrib.auth.models import User
 
         User.objects.create_superuser("root", "root@example.com", "correct horse battery")
+        User.objects.create_superuser("olga", "olga@example.com", "another long passphrase")
         wrong = {"username": "root", "password": "guess"}
         statuses = [self.client.post("/admin/login/", wrong).status_code for _ in range(4)]
         assert statuses == [200, 200, 200, 429]
-        # Even the right password is not checked while the address is locked out.
-        right = {"username": "root", "password": "correct horse battery"}
+        # Even the right password is not checked while the account is locked out here (its
+        # name counted without case or surrounding spaces) ...
+        right = {"username": "Root ", "password": "correct horse battery"}
         locked = self.client.post("/admin/login/", right)
         assert locked.status_code == 429
         assert int(locked["Retry-After"]) > 0
-        other = self.client.post("/admin/login/", right, REMOTE_ADDR="127.0.0.2")
+        # ... the styled page says so, and it is not the plain text it was.
+        page = locked.content.decode()
+        assert locked["Content-Type"].startswith("text/html")
+        assert "<h1>Too many failed logins</h1>" in page and "this account" in page
+        # Another operator behind the same address (an office, a proxy) still logs in, and so
+        # does the same account from another address.
+        olga = self.client_class().post(
+            "/admin/login/", {"username": "olga", "password": "another long passphrase"}
+        )
+        assert olga.status_code == 302
+        exact = {"username": "root", "password": "correct horse battery"}
+        assert self.client.post("/admin/login/", exact).status_code == 429
+        other = self.client.post("/admin/login/", exact, REMOTE_ADDR="127.0.0.2")
+        assert other.status_code == 302
+
+    @override_settings(ENGRAM_ADMIN_LOGIN_ATTEMPTS=3, ENGRAM_LOGIN_ADDRESS_ATTEMPTS=5)
+    def test_a_password_spray_from_one_address_is_refused_for_every_account(self) -> None:
+        from django.contrib.auth.models import User
+
+        User.objects.create_superuser("root", "root@example.com", "correct horse battery")
+        sprayed = [
+            self.client.post("/dashboard/login/", {"username": f"u{n}", "password": "x"})
+            for n in range(6)
+        ]
+        assert [r.status_code for r in sprayed] == [200] * 5 + [429]
+        assert "this address" in sprayed[-1].content.decode()
+        right = {"username": "root", "password": "correct horse battery"}
+        assert self.client.post("/dashboard/login/", right).status_code == 429
+        other = self.client.post("/dashboard/login/", right, REMOTE_ADDR="127.0.0.3")
         assert other.status_code == 302
 
     @override_settings(ENGRAM_ADMIN_LOGIN_ATTEMPTS=3)
