@@ -73,3 +73,22 @@ def test_the_pages_name_what_happened(page: Page, shots: Shots, viewport: Viewpo
     expect(items.filter(has_text="I live in Austin, Texas.")).to_contain_text(", changed ")
     expect(items.filter(has_text="I keep bees.")).not_to_contain_text("changed")
     shot(page, shots, "enduser-list", viewport)
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_a_very_long_memory_is_folded_on_the_end_users_pages(
+    page: Page, shots: Shots, viewport: ViewportSize
+) -> None:
+    key = make_key("acme", "main")
+    long_text = " ".join(f"I noted fact number {n} about my garden." for n in range(250))
+    assert len(long_text) > 9000
+    with project_context(key.key.project.pk):
+        (memory,) = add_texts(key.key.project, [long_text], user_id="alice")
+    token, _ = links.mint(key.key, "alice", 3600)
+    page.set_viewport_size(viewport)
+    for path, step in ((f"/me/{token}/", "list"), (f"/me/{token}/m/{memory.pk}/", "memory")):
+        page.goto(path)
+        expect(page.get_by_text(f"Show all {len(long_text):,} characters").first).to_be_visible()
+        height = page.evaluate("() => document.documentElement.scrollHeight")
+        assert height < 3000, f"the {step} page is {height} px tall"
+        shot(page, shots, f"long-{step}", viewport)
