@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery
 
 from memory import graph
 from memory.models import Memory, MemoryEvent, MemoryHistory, MemoryQuerySet
@@ -140,10 +140,16 @@ def user_memory(project_id: uuid.UUID, user_id: str, memory_id: uuid.UUID) -> Me
 
 def user_deleted_memories(project_id: uuid.UUID, user_id: str) -> MemoryQuerySet:
     """The user's deleted memories, still restorable (not erased yet), the latest deleted
-    first (a delete stamps updated_at)."""
+    first (a delete stamps updated_at), each with `deleted_by`: the actor of the history row
+    that deleted it (a DELETE, or the REVERT of the add request that made it)."""
+    deleting = MemoryHistory.objects.filter(
+        memory_id=OuterRef("pk"),
+        event__in=[MemoryHistory.Event.DELETE, MemoryHistory.Event.REVERT],
+    ).order_by("-created_at", "-id")
     return (
         memories(project_id)
         .filter(user_id=user_id, state=Memory.State.DELETED)
+        .annotate(deleted_by=Subquery(deleting.values("actor")[:1]))
         .order_by("-updated_at", "-id")
     )
 

@@ -44,7 +44,7 @@ from memory.models import SCOPE_FIELDS, Memory, MemoryHistory
 from memory.parts import describe
 from memory.queries import profiles as profile_queries
 from memory.text.embeddings import embed_one
-from memory.web.versions import end_user_cause, versions
+from memory.web.versions import END_USER_ACTORS, end_user_cause, versions
 from tenants import links
 from tenants.db import project_context
 from tenants.models import Project
@@ -168,7 +168,10 @@ def _home_page(request: HttpRequest, me: EndUser, query: str, error: str) -> Htt
         else:
             found = queries.user_memories_listed(me.project_id, me.user_id)
         page = queries.StablePaginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
-        deleted = list(queries.user_deleted_memories(me.project_id, me.user_id)[:DELETED_SHOWN])
+        deleted = [
+            {"memory": m, "by": deleted_by(m), "mine": _deleted_by_them(m)}
+            for m in queries.user_deleted_memories(me.project_id, me.user_id)[:DELETED_SHOWN]
+        ]
         project = _project(me)
         context = {
             "me": me,
@@ -303,15 +306,37 @@ def delete(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
 @enduser_page
 @require_POST
 def restore(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
-    """Undo a delete while the memory is still kept."""
+    """Undo the user's own delete while the memory is still kept; a delete made by the
+    application, support staff or an undone add request is theirs to undo, not the user's."""
     with me.context():
         memory = _kept_memory(me, memory_id)
+        theirs = (
+            queries.user_deleted_memories(me.project_id, me.user_id).filter(pk=memory.pk).first()
+        )
         if memory.state == Memory.State.ACTIVE:
             messages.info(request, "This memory is not deleted.")
+        elif theirs is None or not _deleted_by_them(theirs):
+            who = deleted_by(theirs) if theirs is not None else "someone else"
+            messages.error(
+                request, f"This memory was deleted by {who}: only a delete you made is undone here."
+            )
         else:
             actions.do_restore_memory(memory, actor=me.actor)
             messages.success(request, "The memory is back.")
     return redirect("web:enduser_home", token=me.token)
+
+
+def _deleted_by_them(memory: Memory) -> bool:
+    """Whether the user deleted it themselves (on their page: an `enduser:` actor)."""
+    return str(getattr(memory, "deleted_by", "") or "").startswith("enduser:")
+
+
+def deleted_by(memory: Memory) -> str:
+    """Who deleted it, in the user's words (versions.END_USER_ACTORS)."""
+    actor = str(getattr(memory, "deleted_by", "") or "")
+    if actor.startswith("extractor:"):
+        return "automatic extraction"
+    return END_USER_ACTORS.get(actor.partition(":")[0], "someone else")
 
 
 @enduser_page

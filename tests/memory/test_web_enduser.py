@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.models import ErasureRequest
-from memory import graph
+from memory import actions, graph
 from memory.models import Memory, MemoryEvent, MemoryHistory
 from tenants import links
 from tenants.db import project_context
@@ -199,7 +199,7 @@ class EndUserDashboardTestCase(BaseTestCase):
     def test_a_deleted_memory_is_listed_and_can_be_brought_back(self) -> None:
         self.client.post(self.url("delete", memory_id=self.dog.id))
         home = self.client.get(self.url("home"))
-        assert [m.id for m in home.context["deleted"]] == [self.dog.id]
+        assert [d["memory"].id for d in home.context["deleted"]] == [self.dog.id]
         assert b"Recently deleted" in home.content and b"Undo the delete" in home.content
         response = self.client.post(self.url("restore", memory_id=self.dog.id))
         assert response.status_code == 302
@@ -212,6 +212,28 @@ class EndUserDashboardTestCase(BaseTestCase):
         # Someone else's memory, or another project's, is not theirs to bring back.
         for other in (self.bob, self.other):
             assert self.client.post(self.url("restore", memory_id=other.id)).status_code == 404
+
+    def test_only_the_users_own_deletes_are_undone_by_them(self) -> None:
+        # Issue #50: the application's and support staff's deletes were offered "Undo".
+        with project_context(self.project.pk):
+            actions.do_delete_memory(self.oslo, actor=actions.Actor("api", "eng_abc"))
+            actions.do_delete_memory(self.tea, actor=actions.Actor("user", "olga"))
+        self.client.post(self.url("delete", memory_id=self.dog.id))
+        home = self.client.get(self.url("home"))
+        shown = {d["memory"].id: (d["by"], d["mine"]) for d in home.context["deleted"]}
+        assert shown == {
+            self.oslo.id: ("the application", False),
+            self.tea.id: ("support staff", False),
+            self.dog.id: ("you", True),
+        }
+        page = home.content.decode()
+        assert page.count("Undo the delete<span") == 1
+        assert "by the application" in page and "by support staff" in page
+        refused = self.client.post(self.url("restore", memory_id=self.oslo.id), follow=True)
+        assert b"deleted by the application: only a delete you made" in refused.content
+        assert self.memory(self.oslo).state == Memory.State.DELETED
+        self.client.post(self.url("restore", memory_id=self.dog.id))
+        assert self.memory(self.dog).state == Memory.State.ACTIVE
 
     def test_a_memory_can_be_erased_for_good_at_once(self) -> None:
         confirm = self.client.get(self.url("erase_memory", memory_id=self.tea.id))
