@@ -58,6 +58,7 @@ from memory.queries.pages import StablePaginator
 from memory.queries.purge import Retention, expired, retention, retention_due
 from memory.queries.records import (
     erasure,
+    erasures,
     event,
     events,
     events_by_id,
@@ -91,6 +92,7 @@ __all__ = [
     "entities",
     "entity_display_names",
     "erasure",
+    "erasures",
     "event",
     "events",
     "events_by_id",

@@ -159,6 +159,11 @@ def export(
     return found.order_by("-created_at").first()
 
 
+def erasures(project_id: uuid.UUID) -> QuerySet[ErasureRequest]:
+    """The project's erasure requests, newest first (by erasure_project_time)."""
+    return ErasureRequest.objects.filter(project_id=project_id).order_by("-created_at", "-id")
+
+
 def erasure(project_id: uuid.UUID, request_id: uuid.UUID) -> ErasureRequest | None:
     """An erasure asked through the API (audit.models.ErasureRequest), in the project."""
     return ErasureRequest.objects.filter(project_id=project_id, pk=request_id).first()

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from django.urls import include, path
 
-from memory.web import enduser, errors, memories, operations, settings, views, webhooks
+from memory.web import (
+    enduser,
+    erasures,
+    errors,
+    memories,
+    operations,
+    settings,
+    views,
+    webhooks,
+)
 
 app_name = "web"
 
@@ -19,6 +28,7 @@ urlpatterns = [
     path("dashboard/p/<uuid:project_id>/", include(operations.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(webhooks.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(settings.urlpatterns)),
+    path("dashboard/p/<uuid:project_id>/", include(erasures.urlpatterns)),
     path("me/", include(enduser.urlpatterns)),
     path("favicon.ico", errors.favicon, name="favicon"),
 ]

@@ -92,3 +92,49 @@ def test_a_very_long_memory_is_folded_on_the_end_users_pages(
         height = page.evaluate("() => document.documentElement.scrollHeight")
         assert height < 3000, f"the {step} page is {height} px tall"
         shot(page, shots, f"long-{step}", viewport)
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_the_confirmations_and_the_erasures_in_the_browser(
+    page: Page, shots: Shots, viewport: ViewportSize
+) -> None:
+    key = make_key("acme", "main")
+    project = key.key.project
+    olga = get_user_model().objects.create_user("olga", password=PASSWORD)
+    Membership.objects.create(user=olga, organization=project.organization, role="owner")
+    bob = get_user_model().objects.create_user("bob", email="bob@example.com")
+    member = Membership.objects.create(user=bob, organization=project.organization, role="reader")
+    with project_context(project.pk):
+        tea, _ = add_texts(project, ["I drink green tea", "I live in Oslo"], user_id="alice")
+    page.set_viewport_size(viewport)
+    login(page, "olga", PASSWORD)
+    base = f"/dashboard/p/{project.pk}/"
+
+    # Erase one memory for good: a confirmation, then the skeleton.
+    page.goto(f"{base}memories/{tea.pk}/")
+    page.get_by_role("link", name="Erase for good…").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Erase this memory for good?")
+    shot(page, shots, "memory-erase", viewport)
+    page.get_by_role("button", name="Erase for good").click()
+    expect(page.get_by_role("status")).to_contain_text("erased for good")
+    expect(page.locator("blockquote.memory-text")).to_have_text("[redacted]")
+
+    # Erase the user: a confirmation, then the erasure list.
+    page.goto(f"{base}memories/?user_id=alice")
+    page.get_by_role("link", name="Erase this user…").click()
+    expect(page.get_by_text("Their 1 memory is hidden")).to_be_visible()
+    shot(page, shots, "user-erase", viewport)
+    page.get_by_role("button", name="Erase this user").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Erasures")
+    expect(page.locator("table tbody tr")).to_have_count(1)
+    expect(page.locator("table tbody tr")).to_contain_text("user:olga")
+    shot(page, shots, "erasures", viewport)
+
+    # Removing a member asks first.
+    page.goto(f"{base}settings/")
+    page.get_by_role("link", name="Remove… bob").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Remove “bob”")
+    shot(page, shots, "member-remove", viewport)
+    page.get_by_role("button", name="Remove this member").click()
+    expect(page.get_by_role("status")).to_contain_text("is no longer a member")
+    assert not Membership.objects.filter(pk=member.pk).exists()
