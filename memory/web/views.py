@@ -6,12 +6,15 @@ import uuid
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.decorators import method_decorator
 
 from config.logins import limit_failed_logins
 from memory.web.common import member_projects
+
+PROJECTS_SHOWN = 200  # the projects listed at once; a search finds the others
 
 
 # The admin's limit on failed logins, with the same count per client address.
@@ -27,11 +30,29 @@ class LogoutView(auth_views.LogoutView):
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """The projects this person may see; with one only, go straight to it."""
-    projects = list(member_projects(request.user))
-    if len(projects) == 1:
-        return redirect("web:project", project_id=projects[0].pk)
-    return render(request, "web/operator/home.html", {"projects": projects})
+    """The projects this person may see, how many, and a search by organization or project
+    name (a superuser sees every project); with one only, go straight to it."""
+    mine = member_projects(request.user)
+    find = str(request.GET.get("find", ""))[:200]  # a NUL is refused before (config.inputs)
+    total = mine.count()
+    if total == 1 and not find:
+        only = mine.first()
+        if only is not None:
+            return redirect("web:project", project_id=only.pk)
+    found = (
+        mine.filter(Q(name__icontains=find) | Q(organization__name__icontains=find))
+        if find
+        else mine
+    )
+    projects = list(found[:PROJECTS_SHOWN])
+    context = {
+        "projects": projects,
+        "total": total,
+        "find": find,
+        "found": found.count() if find else total,
+        "shown": PROJECTS_SHOWN,
+    }
+    return render(request, "web/operator/home.html", context)
 
 
 @login_required

@@ -138,3 +138,20 @@ def test_the_confirmations_and_the_erasures_in_the_browser(
     page.get_by_role("button", name="Remove this member").click()
     expect(page.get_by_role("status")).to_contain_text("is no longer a member")
     assert not Membership.objects.filter(pk=member.pk).exists()
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_the_projects_page_counts_and_finds(
+    page: Page, shots: Shots, viewport: ViewportSize
+) -> None:
+    for org, name in (("acme", "main"), ("acme", "staging"), ("globex", "support")):
+        make_key(org, name)
+    get_user_model().objects.create_superuser("root", "root@example.com", PASSWORD)
+    page.set_viewport_size(viewport)
+    login(page, "root", PASSWORD)
+    page.goto("/dashboard/")
+    expect(page.get_by_text("3 projects.")).to_be_visible()
+    page.get_by_label("Find a project or an organization").fill("glob")
+    page.get_by_role("button", name="Find").click()
+    expect(page.locator("ul.cards li")).to_have_text(["globex / support"])
+    shot(page, shots, "projects-found", viewport)

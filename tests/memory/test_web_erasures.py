@@ -86,3 +86,23 @@ class ErasuresTestCase(TestCase):
         refused = self.client.post(f"{self.base}users/erase/", {"user_id": "bob"})
         assert refused.status_code == 403
         assert self.memory(self.bob).state == Memory.State.ACTIVE
+
+
+class ProjectsPageTestCase(TestCase):
+    """Issue #50: the Projects page had no search and no count."""
+
+    def test_it_counts_and_finds_projects(self) -> None:
+        for org, name in (("acme", "main"), ("acme", "staging"), ("globex", "support")):
+            make_key(org, name)
+        root = User.objects.create_superuser("root", email="root@example.com", password="pw")
+        self.client.force_login(root)
+        page = self.client.get("/dashboard/").content.decode()
+        assert "3 projects." in page and 'name="find"' in page
+        found = self.client.get("/dashboard/", {"find": "GLOB"})
+        assert [p.name for p in found.context["projects"]] == ["support"]
+        assert "1 of 3 projects match" in found.content.decode()
+        by_name = self.client.get("/dashboard/", {"find": "stag"}).context["projects"]
+        assert [p.name for p in by_name] == ["staging"]
+        none = self.client.get("/dashboard/", {"find": "nothing here"})
+        assert "No project or organization name" in none.content.decode()
+        assert self.client.get("/dashboard/", {"find": "a\x00"}).status_code == 400
