@@ -84,6 +84,7 @@ from memory.actions.idempotency import (
 )
 from memory.actions.memories import (
     BatchUpdate,
+    MemoryEdit,
     NewMemory,
     do_batch_delete,
     do_batch_update,
@@ -119,6 +120,7 @@ __all__ = [
     "GraphOutcome",
     "ImmutableMemoryError",
     "Message",
+    "MemoryEdit",
     "NewMemory",
     "NotRestorableError",
     "RevertConflictError",

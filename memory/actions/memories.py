@@ -14,6 +14,7 @@ from datetime import date, datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from memory import graph
@@ -97,6 +98,31 @@ def do_supersede_memory(memory: Memory, new: NewMemory, *, actor: Actor) -> Memo
     return replacement
 
 
+@dataclass(frozen=True)
+class MemoryEdit:
+    """A memory changed in place, and what its new text did to the graph facts it backed."""
+
+    memory: Memory
+    # Facts that ended: only the old wording backed them (invalid now, kept, restorable).
+    ended: list[graph.Relation]
+    # Facts it backs again: the new text is a wording that backed them before.
+    backed_again: list[graph.Relation]
+
+    def graph_note(self) -> str:
+        """What the edit did to the graph, in words ("" when nothing): the facts named."""
+        parts = []
+        if self.ended:
+            named = "; ".join(r.phrase() for r in self.ended)
+            parts.append(
+                f"Graph facts only the old wording backed have ended: {named} (making that "
+                "text current again brings them back)."
+            )
+        if self.backed_again:
+            named = "; ".join(r.phrase() for r in self.backed_again)
+            parts.append(f"Graph facts this wording backed before hold again: {named}.")
+        return " ".join(parts)
+
+
 def do_update_memory(
     memory: Memory,
     *,
@@ -106,7 +132,7 @@ def do_update_memory(
     expiration_date: date | None = UNSET,
     created_at: datetime | None = None,
     vector: Vector | None = None,
-) -> Memory:
+) -> MemoryEdit:
     """Change a memory in place (re-embedding new text) and record the change."""
     who = _as_actor(actor)
     check_mutable(memory, who, "update")
@@ -129,13 +155,49 @@ def do_update_memory(
             memory.structured_attributes = structured_attributes(created_at)
         memory.updated_at = timezone.now()
         memory.save()
-        _history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=who).save()
-        if new_text:
-            # The old wording's relations no longer hold: the memory stops backing them (they
-            # are invalidated unless another active memory backs them). No re-extraction.
-            graph.retract_memories(memory.project_id, [memory.pk], reworded=True)
-            schedule_entity_linking(memory.project_id, [memory.pk])
-    return memory
+        edit = _history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=who)
+        edit.save()
+        if not new_text:
+            return MemoryEdit(memory, [], [])
+        ended, again = _reworded(memory.project_id, {memory.pk: edit.pk})[memory.pk]
+        schedule_entity_linking(memory.project_id, [memory.pk])
+    return MemoryEdit(memory, ended, again)
+
+
+def _reworded(
+    project_id: uuid.UUID, edits: Mapping[uuid.UUID, uuid.UUID]
+) -> dict[uuid.UUID, tuple[list[graph.Relation], list[graph.Relation]]]:
+    """The graph after these memories' texts changed (each memory id to its edit's history
+    row, saved): the old wording's relations no longer hold (the memory stops backing them;
+    invalidated unless another active memory backs them); a wording that backed relations
+    before backs them again (an earlier version made current). No re-extraction: a new
+    wording gets no new relations. Each memory's (ended, backed again)."""
+    left = graph.retract_memories(project_id, [], reworded=edits)
+    before = _edits_replacing(project_id, list(edits))
+    found = {}
+    for memory_id, edit in edits.items():
+        said = f"{memory_id}:{edit}"
+        ended = [r for r in left if not r.valid and said in r.reworded]
+        again = graph.rejoin_wording(project_id, memory_id, before.get(memory_id, []))
+        found[memory_id] = (ended, again)
+    return found
+
+
+def _edits_replacing(
+    project_id: uuid.UUID, memory_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """For each memory, its earlier edits whose old text is its text now: the ids of the
+    history rows that replaced the wording it has again."""
+    rows = MemoryHistory.objects.filter(
+        project_id=project_id,
+        memory_id__in=memory_ids,
+        event=MemoryHistory.Event.UPDATE,
+        memory__text=F("old_memory"),
+    ).values_list("memory_id", "pk")
+    found: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for memory_id, pk in rows:
+        found.setdefault(memory_id, []).append(pk)
+    return found
 
 
 def _mark_deleted(project_id: uuid.UUID, memories: Iterable[Memory], actor: Actor) -> int:
@@ -226,19 +288,21 @@ def do_batch_update(
             memory, old_text = update.memory, update.memory.text
             if update.text is not None and update.text != old_text:
                 memory.text, memory.hash = update.text, content_hash(update.text)
+                memory.language = detect(update.text)
                 memory.embedding = known[update.text]
             if update.metadata is not None:
                 memory.metadata = update.metadata
             memory.updated_at = now
             history.append(_history(memory, MemoryHistory.Event.UPDATE, old=old_text, actor=who))
         Memory.objects.bulk_update(
-            [u.memory for u in updates], ["text", "hash", "embedding", "metadata", "updated_at"]
+            [u.memory for u in updates],
+            ["text", "hash", "language", "embedding", "metadata", "updated_at"],
         )
         MemoryHistory.objects.bulk_create(history)
-        changed = [h.memory_id for h in history if h.old_memory != h.new_memory]
-        # As in do_update_memory: reworded memories stop backing their old relations.
-        graph.retract_memories(updates[0].memory.project_id, changed, reworded=True)
-        schedule_entity_linking(updates[0].memory.project_id, changed)
+        changed = {h.memory_id: h.pk for h in history if h.old_memory != h.new_memory}
+        if changed:  # as in do_update_memory
+            _reworded(updates[0].memory.project_id, changed)
+            schedule_entity_linking(updates[0].memory.project_id, list(changed))
     return len(updates)
 
 

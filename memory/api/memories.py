@@ -304,7 +304,7 @@ def update_memory(request: Request, memory_id: uuid.UUID) -> Response:
             if "timestamp" in data
             else None,
         )
-        return Response(memory_bodies(project, [updated])[0])
+        return Response(memory_bodies(project, [updated.memory])[0])
 
 
 def history_data(row: MemoryHistory) -> dict[str, Any]:

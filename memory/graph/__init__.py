@@ -78,7 +78,9 @@ from memory.graph.reads import (
 )
 from memory.graph.retraction import (
     RETRACTION,
+    memory_relations,
     reinstate_memories,
+    rejoin_wording,
     retract_memories,
     revalidate_relations,
 )
@@ -131,11 +133,13 @@ __all__ = [
     "link_mentions",
     "lock_entities",
     "memory_ids_for_entities",
+    "memory_relations",
     "name_vectors",
     "names_embedded",
     "normalise_name",
     "normalise_relationship",
     "reinstate_memories",
+    "rejoin_wording",
     "relations",
     "relations_in",
     "relations_of_memories",

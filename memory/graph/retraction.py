@@ -9,7 +9,12 @@ memories retracts them (retract_memories); restoring a deleted memory reinstates
   is invalidated (valid=false, invalidated_at, invalidated_by="retraction"; kept as history,
   never erased); an edge another active memory backs stays valid. A reworded memory (its text
   changed) also leaves the edges' memory_ids: its new text no longer asserts what the old
-  one did, so it must not keep an edge alive later nor bring one back on a restore.
+  one did, so it must not keep an edge alive later nor bring one back on a restore. The edge
+  keeps the wording it lost (`reworded`: "<memory id>:<id of the history row of the edit>",
+  whose old text is that wording; ids only, so an erasure leaves no trace of the text).
+- Rejoining: a memory whose text becomes such a wording again (an earlier version made
+  current, a correction undone) backs those edges again (rejoin_wording), re-validated as a
+  restore re-validates them; a new wording is not re-extracted (no model call on an edit).
 - Reinstatement: each edge invalidated by retraction that cites a restored memory is valid
   again, unless the same relation (same ends, type and scope) has a valid edge by now; then
   the memory joins that edge's memory_ids. Edges invalidated by a contradiction
@@ -28,7 +33,8 @@ memories retracts them (retract_memories); restoring a deleted memory reinstates
 - Writes are plain SQL UPDATEs merging the changed properties (agtype ||), so the WITH
   CHECK policy of the graph's tables applies to them, unlike AGE's own SET.
 
-Owns retract_memories, reinstate_memories and revalidate_relations (a revert's). Of engram,
+Owns retract_memories, rejoin_wording, reinstate_memories and revalidate_relations (a
+revert's). Of engram,
 may import memory.models, tenants and memory.graph.values, .statements, .age and .writes.
 """
 
@@ -61,12 +67,18 @@ _CITING_CHUNK = 200  # memory ids per statement: one GIN containment test each
 
 
 def retract_memories(
-    project: ProjectId, memory_ids: Iterable[uuid.UUID | str], *, reworded: bool = False
+    project: ProjectId,
+    memory_ids: Iterable[uuid.UUID | str],
+    *,
+    reworded: Mapping[uuid.UUID | str, uuid.UUID | str] | None = None,
 ) -> list[Relation]:
-    """These memories no longer assert their relations (deleted or superseded; with
-    `reworded`, their text changed): invalidate the valid edges citing them that no other
-    active memory backs. Returns those edges, now invalid. See the module docstring."""
-    ids = _memory_keys(memory_ids)
+    """These memories no longer assert their relations (deleted or superseded; `reworded`,
+    each memory id to the id of the history row of the edit, when their text changed):
+    invalidate the valid edges citing them that no other active memory backs. Returns the
+    edges they stopped backing (those now invalid, with those another memory keeps valid
+    when `reworded`). See the module docstring."""
+    wordings = {_memory_key(m): str(h) for m, h in (reworded or {}).items()}
+    ids = _memory_keys([*memory_ids, *wordings])
     cited = _cited(project, ids)
     if not cited:
         return []
@@ -84,14 +96,63 @@ def retract_memories(
         patches: dict[int, dict[str, Any]] = {}
         for edge in edges:
             patch: dict[str, Any] = {}
-            if reworded:
+            if wordings:
                 patch["memory_ids"] = [m for m in edge.memory_ids if m not in gone]
+                said = {f"{m}:{wordings[m]}" for m in edge.memory_ids if m in wordings}
+                patch["reworded"] = sorted(said.union(edge.reworded))
             if not backers.intersection(edge.memory_ids):
                 patch |= {"valid": False, "invalidated_at": now, "invalidated_by": RETRACTION}
             if patch:
                 patches[edge.id] = patch
         changed = _patch_edges(graph, patches)
-    return [r for r in changed if not r.valid]
+    return [r for r in changed if not r.valid or wordings]
+
+
+def rejoin_wording(
+    project: ProjectId, memory_id: uuid.UUID | str, edits: Iterable[uuid.UUID | str]
+) -> list[Relation]:
+    """An active memory's text is again one it had when it backed relations (an earlier
+    version made current again, a correction undone); `edits`: the ids of its history rows
+    that replaced that text. Each edge that lost the memory in one of those edits
+    (retract_memories' `reworded`) gets it back in its memory_ids; one invalidated by
+    retraction is valid again, unless the same relation has a valid edge by now (the memory
+    joins that one). An edge ended by a contradiction stays invalid. Returns the edges it
+    backs again, as they now are."""
+    mid = _memory_key(memory_id)
+    said = [f"{mid}:{edit}" for edit in sorted({str(e) for e in edits})]
+    if not said or not _cited(project, [mid]):
+        return []
+    with project_context(project):
+        graph = ensure_graph(project)
+        edges = [
+            e
+            for e in _lock_edges(graph, _edges_rewording(graph, said), {})
+            if set(said).intersection(e.reworded)
+            and mid not in e.memory_ids
+            and (e.valid or e.invalidated_by == RETRACTION)
+        ]
+        if not edges or mid not in _active(project, [mid]):
+            return []
+        joined = _patch_edges(graph, {e.id: {"memory_ids": [*e.memory_ids, mid]} for e in edges})
+        back = _bring_back(graph, [e for e in joined if not e.valid], {mid})
+        again = {r.id: r for r in [*joined, *back] if r.valid and mid in r.memory_ids}
+        return [again[i] for i in sorted(again)]
+
+
+def memory_relations(
+    project: ProjectId, memory_id: uuid.UUID | str, edits: Iterable[uuid.UUID | str] = ()
+) -> list[Relation]:
+    """The edges that cite the memory, in any state, and those it stopped backing in these
+    edits (ids of its history rows), as they now are, oldest first: what its page shows."""
+    mid = _memory_key(memory_id)
+    if not _cited(project, [mid]):
+        return []
+    said = [f"{mid}:{edit}" for edit in sorted({str(e) for e in edits})]
+    with project_context(project):
+        graph = ensure_graph(project)
+        found = {r.id: r for r in _edges_citing(graph, [mid], {})}
+        found |= {r.id: r for r in _edges_rewording(graph, said)}
+    return [found[i] for i in sorted(found)]
 
 
 def reinstate_memories(project: ProjectId, memory_ids: Iterable[uuid.UUID | str]) -> list[Relation]:
@@ -163,9 +224,14 @@ def _bring_back(graph: str, edges: Sequence[Relation], back: set[str]) -> list[R
     return _patch_edges(graph, patches)
 
 
+def _memory_key(memory_id: uuid.UUID | str) -> str:
+    """A memory id as edges cite it (str of the UUID)."""
+    return str(uuid.UUID(str(memory_id)))
+
+
 def _memory_keys(memory_ids: Iterable[uuid.UUID | str]) -> list[str]:
-    """Memory ids as edges cite them (str of the UUID), sorted, once each."""
-    return sorted({str(uuid.UUID(str(m))) for m in memory_ids})
+    """Memory ids as edges cite them, sorted, once each."""
+    return sorted({_memory_key(m) for m in memory_ids})
 
 
 def _cited(project: ProjectId, ids: Sequence[str]) -> list[str]:
@@ -215,6 +281,18 @@ def _edges_citing(graph: str, ids: Sequence[str], state: Mapping[str, Any]) -> l
         chunk = ids[start : start + _CITING_CHUNK]
         tests = " OR ".join([_CITES] * len(chunk))
         params = [json.dumps({**state, "memory_ids": [m]}) for m in chunk]
+        rows = _run(graph, _EDGE_COLUMNS + "WHERE (" + tests + ") ORDER BY r.id", params)
+        found.update((relation.id, relation) for relation, _ in _edge_rows(rows))
+    return [found[i] for i in sorted(found)]
+
+
+def _edges_rewording(graph: str, said: Sequence[str]) -> list[Relation]:
+    """The edges whose `reworded` holds any of `said` (a GIN containment test each)."""
+    found: dict[int, Relation] = {}
+    for start in range(0, len(said), _CITING_CHUNK):
+        chunk = said[start : start + _CITING_CHUNK]
+        tests = " OR ".join([_CITES] * len(chunk))
+        params = [json.dumps({"reworded": [entry]}) for entry in chunk]
         rows = _run(graph, _EDGE_COLUMNS + "WHERE (" + tests + ") ORDER BY r.id", params)
         found.update((relation.id, relation) for relation, _ in _edge_rows(rows))
     return [found[i] for i in sorted(found)]

@@ -141,6 +141,9 @@ class Relation:
     destination_id: int
     # What ended it: "retraction" (no active memory backs it), or "" (a contradiction, or valid).
     invalidated_by: str = ""
+    # The wordings that asserted it before an edit ("<memory id>:<sha-256 of the old text>"): a
+    # memory whose text becomes one of them again backs the edge again (retraction.rejoin_wording).
+    reworded: list[str] = field(default_factory=list)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Relation:
@@ -159,7 +162,12 @@ class Relation:
             source_id=int(row["src_id"]),
             destination_id=int(row["dst_id"]),
             invalidated_by=p.get("invalidated_by") or "",
+            reworded=list(p.get("reworded", [])),
         )
+
+    def phrase(self) -> str:
+        """The fact in one line, as the dashboards name it: "alice –lives_in→ berlin"."""
+        return f"{self.source} –{self.relationship}→ {self.destination}"
 
     def reference(self) -> dict[str, Any]:
         """The edge as an event's record names it (its graph summary, a revert's answer)."""

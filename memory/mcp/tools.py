@@ -370,11 +370,11 @@ def update_memory(
     data = valid(s.UpdateSerializer(data={"text": text}))
     vector = embed_one(data["text"])
     with tenant(request):
-        memory = actions.do_update_memory(
+        edit = actions.do_update_memory(
             scoped_memory(memory_id), actor=actor(request), text=data["text"], vector=vector
         )
-        updated = s.memory_data(memory)
-    return answer(f"Updated [{updated['id']}] {updated['memory']}", updated)
+        updated = s.memory_data(edit.memory)
+    return answer(f"Updated [{updated['id']}] {updated['memory']} {edit.graph_note()}".rstrip(), updated)
 
 
 @tool(read_only=False, destructive=True)

@@ -263,12 +263,12 @@ def correct(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
     try:
         with me.context():
             memory = _own_memory(me, memory_id)  # still yours, still active
-            actions.do_update_memory(memory, actor=me.actor, text=text, vector=vector)
+            edit = actions.do_update_memory(memory, actor=me.actor, text=text, vector=vector)
     except RefusedError as refused:  # an immutable memory
         form.add_error("text", str(refused))
         with me.context():
             return _memory_page(request, me, memory, form, status=400)
-    messages.success(request, "Your correction is saved.")
+    messages.success(request, f"Your correction is saved. {edit.graph_note()}".strip())
     return redirect("web:enduser_memory", token=me.token, memory_id=memory.id)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
 
@@ -24,9 +26,16 @@ from django.views.decorators.http import require_POST
 
 from config.exceptions import RefusedError, ServiceUnavailableError
 from config.inputs import UnsafeInputError, check_json
-from memory import actions, queries
+from memory import actions, graph, queries
 from memory import search as searching
-from memory.models import SCOPE_FIELDS, SCOPE_MAX_LENGTH, Memory, MemoryEvent, metadata_error
+from memory.models import (
+    SCOPE_FIELDS,
+    SCOPE_MAX_LENGTH,
+    Memory,
+    MemoryEvent,
+    MemoryHistory,
+    metadata_error,
+)
 from memory.queries import profiles as profile_queries
 from memory.text.query import Query
 from memory.web.common import Dashboard, operator_page
@@ -270,11 +279,13 @@ def _detail(
     event = (
         queries.event(dash.project.pk, memory.source_event_id) if memory.source_event_id else None
     )
+    history = queries.history(dash.project.pk, memory.id) or []
     context = {
         "section": "memories",
         "memory": memory,
         "form": form,
-        "history": queries.history(dash.project.pk, memory.id) or [],
+        "history": history,
+        "facts": _facts(dash, memory, history),
         "versions": versions(dash.project.pk, memory),
         "event": event,
         "messages_of_event": _messages(event, memory) if event else [],
@@ -282,6 +293,44 @@ def _detail(
         "metadata_json": json.dumps(memory.metadata, indent=2, ensure_ascii=False),
     }
     return render(request, "web/operator/memory.html", context, status=status)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A graph relation as a memory's page shows it, and how the memory stands to it."""
+
+    relation: graph.Relation
+    state: str  # "backed", "held by others" (an earlier wording backed it), "ended"
+    why: str
+
+
+def _facts(dash: Dashboard, memory: Memory, history: Sequence[MemoryHistory]) -> list[Fact]:
+    """The graph facts the memory backs, and those it backed: ended by an edit of its text
+    (brought back by making that text current again), by its delete or by a contradiction."""
+    if memory.state == Memory.State.REDACTED:
+        return []
+    edits = [h.pk for h in history if h.event == MemoryHistory.Event.UPDATE]
+    mid = str(memory.pk)
+    found = []
+    for relation in graph.memory_relations(dash.project.pk, memory.pk, edits):
+        if mid in relation.memory_ids:
+            if relation.valid:
+                found.append(Fact(relation, "backed", "this memory backs it"))
+            elif relation.invalidated_by == graph.RETRACTION:
+                why = "no active memory backs it (restoring this memory brings it back)"
+                found.append(Fact(relation, "ended", why))
+            else:
+                found.append(Fact(relation, "ended", "a later fact contradicted it"))
+        elif relation.valid:
+            why = "an earlier text of this memory backed it; other memories still do"
+            found.append(Fact(relation, "held by others", why))
+        else:
+            why = (
+                "only an earlier text of this memory backed it: making that text current "
+                "again (Versions) brings it back"
+            )
+            found.append(Fact(relation, "ended", why))
+    return found
 
 
 def _messages(event: MemoryEvent, memory: Memory) -> list[dict[str, Any]]:
@@ -345,11 +394,12 @@ def memory_edit(request: HttpRequest, dash: Dashboard, memory_id: uuid.UUID) -> 
         messages.info(request, "Nothing changed.")
         return _back(memory)
     try:
-        actions.do_update_memory(memory, actor=dash.actor, **changes)
+        edit = actions.do_update_memory(memory, actor=dash.actor, **changes)
     except (RefusedError, ServiceUnavailableError) as error:  # immutable; embedder down
         messages.error(request, str(error))
         return _back(memory)
-    messages.success(request, "Memory updated." + (" Re-embedded." if changes["text"] else ""))
+    done = "Memory updated." + (" Re-embedded." if changes["text"] else "")
+    _graph_message(request, done, edit)
     return _back(memory)
 
 
@@ -406,12 +456,18 @@ def memory_restore_version(
         messages.info(request, "The memory already says this.")
         return _back(memory)
     try:
-        actions.do_update_memory(memory, actor=dash.actor, text=wanted.text)
+        edit = actions.do_update_memory(memory, actor=dash.actor, text=wanted.text)
     except (RefusedError, ServiceUnavailableError) as error:  # immutable; embedder down
         messages.error(request, str(error))
         return _back(memory)
-    messages.success(request, "Earlier version restored as a new version. Re-embedded.")
+    _graph_message(request, "Earlier version restored as a new version. Re-embedded.", edit)
     return _back(memory)
+
+
+def _graph_message(request: HttpRequest, done: str, edit: actions.MemoryEdit) -> None:
+    """The edit's message, with the graph facts it ended (a warning) or brought back."""
+    note = edit.graph_note()
+    (messages.warning if edit.ended else messages.success)(request, f"{done} {note}".strip())
 
 
 urlpatterns = [

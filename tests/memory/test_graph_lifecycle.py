@@ -35,7 +35,7 @@ from memory.actions import (
     do_update_memory,
 )
 from memory.graph import Scope
-from memory.models import Memory, MemoryEntity
+from memory.models import Memory, MemoryEntity, MemoryHistory
 from tenants.db import project_context
 from tests.base import BaseTestCase
 from tests.factory import UNIT, make_key
@@ -208,6 +208,105 @@ class RetractionTests(BaseTestCase):
         do_restore_memory(fresh(other), actor=TEST)
         assert_edge(self.a, ("alice", "drinks", "tea"), valid=True, memory_ids=[other])
         assert_edge(self.a, ("alice", "likes", "tea"), valid=False)
+
+    def test_an_earlier_wording_made_current_again_backs_its_relations_again(self) -> None:
+        """Issue #50 (part 3, item 2): restoring the old text brings its facts back; the
+        edit that ended them names them."""
+        tea, other = new_memory(self.a, "Alice likes tea"), new_memory(self.a, "Alice drinks tea")
+        self.relate(("alice", "likes", "tea"), tea)
+        self.relate(("alice", "drinks", "tea"), tea, other)
+
+        edit = do_update_memory(tea, actor=TEST, text="Alice likes coffee now", vector=UNIT)
+        assert [r.phrase() for r in edit.ended] == ["alice –likes→ tea"]  # drinks: other backs it
+        assert edit.backed_again == []
+        assert "alice –likes→ tea" in edit.graph_note()
+        # A third wording is not the one that backed them.
+        edit = do_update_memory(fresh(tea), actor=TEST, text="Alice likes mate", vector=UNIT)
+        assert (edit.ended, edit.backed_again) == ([], [])
+        assert_edge(self.a, ("alice", "likes", "tea"), valid=False, memory_ids=[])
+
+        edit = do_update_memory(fresh(tea), actor=TEST, text="Alice likes tea", vector=UNIT)
+
+        assert edit.ended == []
+        assert sorted(r.phrase() for r in edit.backed_again) == [
+            "alice –drinks→ tea",
+            "alice –likes→ tea",
+        ]
+        likes = assert_edge(self.a, ("alice", "likes", "tea"), valid=True, memory_ids=[tea])
+        assert likes.invalidated_by == ""
+        assert_edge(self.a, ("alice", "drinks", "tea"), valid=True, memory_ids=[other, tea])
+        # Backing them again, it keeps them alive: deleting the other memory ends nothing.
+        do_delete_memory(fresh(other), actor=TEST)
+        assert_edge(self.a, ("alice", "drinks", "tea"), valid=True, memory_ids=[other, tea])
+        # And a second round trip is the same (no duplicate ids, no new edges).
+        do_update_memory(fresh(tea), actor=TEST, text="Alice likes coffee now", vector=UNIT)
+        edit = do_update_memory(fresh(tea), actor=TEST, text="Alice likes tea", vector=UNIT)
+        assert sorted(r.phrase() for r in edit.backed_again) == [
+            "alice –drinks→ tea",
+            "alice –likes→ tea",
+        ]
+        assert_edge(self.a, ("alice", "likes", "tea"), valid=True, memory_ids=[tea])
+        edges = [r for r in graph.relations(self.a, ALICE, include_invalid=True, limit=50)]
+        assert len(edges) == 2
+
+    def test_a_wording_back_joins_a_relation_asserted_again_meanwhile(self) -> None:
+        tea, later = new_memory(self.a, "Alice likes tea"), new_memory(self.a, "Alice: tea")
+        old = self.relate(("alice", "likes", "tea"), tea)
+        do_update_memory(tea, actor=TEST, text="Alice likes coffee", vector=UNIT)
+        twin = self.relate(("alice", "likes", "tea"), later)  # a new valid edge, the same fact
+        assert twin.id != old.id
+
+        edit = do_update_memory(fresh(tea), actor=TEST, text="Alice likes tea", vector=UNIT)
+
+        assert [r.id for r in edit.backed_again] == [twin.id]
+        assert_edge(self.a, ("alice", "likes", "tea"), valid=True, memory_ids=[later, tea])
+        stale = properties(self.a, old.id)
+        assert stale["valid"] is False  # the old edge stays history
+
+    def test_a_wording_back_does_not_undo_a_contradiction(self) -> None:
+        tea, other = new_memory(self.a, "Alice likes tea"), new_memory(self.a, "Alice: tea")
+        edge = self.relate(("alice", "likes", "tea"), tea, other)
+        do_update_memory(tea, actor=TEST, text="Alice likes coffee", vector=UNIT)
+        graph.invalidate_relations(self.a, ALICE, ids=[edge.id])  # a later fact contradicted it
+
+        edit = do_update_memory(fresh(tea), actor=TEST, text="Alice likes tea", vector=UNIT)
+
+        assert edit.backed_again == []
+        assert_edge(self.a, ("alice", "likes", "tea"), valid=False, memory_ids=[other])
+
+    def test_a_batch_update_back_to_an_earlier_wording_backs_its_relations(self) -> None:
+        tea = new_memory(self.a, "Alice likes tea")
+        self.relate(("alice", "likes", "tea"), tea)
+        vectors = {"Alice likes mate": UNIT, "Alice likes tea": UNIT}
+        do_batch_update([BatchUpdate(tea, "Alice likes mate", None)], actor=TEST, vectors=vectors)
+        assert_edge(self.a, ("alice", "likes", "tea"), valid=False, memory_ids=[])
+        do_batch_update(
+            [BatchUpdate(fresh(tea), "Alice likes tea", None)], actor=TEST, vectors=vectors
+        )
+        assert_edge(self.a, ("alice", "likes", "tea"), valid=True, memory_ids=[tea])
+        assert fresh(tea).language == "en"
+
+    def test_the_relations_of_a_memory_include_those_its_earlier_texts_backed(self) -> None:
+        tea, other = new_memory(self.a, "Alice likes tea"), new_memory(self.a, "Alice: tea")
+        self.relate(("alice", "likes", "tea"), tea)
+        self.relate(("alice", "drinks", "tea"), tea, other)
+        self.relate(("alice", "knows", "bob"), other)
+        assert [r.relationship for r in graph.memory_relations(self.a, tea.pk)] == [
+            "likes",
+            "drinks",
+        ]
+        do_update_memory(tea, actor=TEST, text="Alice likes coffee", vector=UNIT)
+        with project_context(self.a):
+            edits = list(
+                MemoryHistory.objects.filter(memory_id=tea.pk, event="UPDATE").values_list(
+                    "pk", flat=True
+                )
+            )
+        assert len(edits) == 1
+        assert graph.memory_relations(self.a, tea.pk) == []  # it cites none now
+        found = graph.memory_relations(self.a, tea.pk, edits)
+        assert [(r.relationship, r.valid) for r in found] == [("likes", False), ("drinks", True)]
+        assert graph.memory_relations(self.b, tea.pk, edits) == []  # another project: nothing
 
     def test_a_batch_update_rewords_like_an_update(self) -> None:
         tea, cake = new_memory(self.a, "Alice likes tea"), new_memory(self.a, "Alice likes cake")

@@ -111,7 +111,7 @@ class KeywordsPerLanguageTestCase(BaseTestCase):
         assert self.bm25("editor", "杭州") == {"I like green tea.": 0.0}
         updated = actions.do_update_memory(
             memory, actor="test", text="我在杭州的一家电商公司工作。"
-        )
+        ).memory
         assert updated.language == "zh"
         with project_context(self.project.pk):
             stored = Memory.objects.get(pk=memory.pk)

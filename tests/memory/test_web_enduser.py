@@ -146,6 +146,27 @@ class EndUserDashboardTestCase(BaseTestCase):
         )  # fmt: skip
         assert b"Alice lives in Bergen" in self.client.get(response["Location"]).content
 
+    def test_a_correction_names_the_facts_it_ends_and_undoing_it_brings_them_back(self) -> None:
+        # Issue #50 (part 3, item 2): the graph follows the text through a correction.
+        alice = graph.Scope(user_id="alice")
+        graph.upsert_relation(self.project.pk, "alice", "lives in", "oslo", alice,
+                              memory_id=self.oslo.pk)  # fmt: skip
+        fixed = self.client.post(
+            self.url("correct", memory_id=self.oslo.id), {"text": "Alice lives in Bergen"},
+            follow=True,
+        )  # fmt: skip
+        said = [str(m) for m in fixed.context["messages"]]
+        assert len(said) == 1 and "alice –lives_in→ oslo" in said[0], said
+        assert [r.valid for r in graph.relations(self.project.pk, alice)] == []
+        back = self.client.post(
+            self.url("correct", memory_id=self.oslo.id), {"text": "Alice lives in Oslo"},
+            follow=True,
+        )  # fmt: skip
+        said = [str(m) for m in back.context["messages"]]
+        assert "hold again: alice –lives_in→ oslo" in said[0], said
+        [edge] = graph.relations(self.project.pk, alice)
+        assert edge.memory_ids == [str(self.oslo.pk)]
+
     def test_a_bad_correction_is_refused_on_the_page(self) -> None:
         for text in ("", "a\x00b", "x" * 100_000):
             page = self.client.post(self.url("correct", memory_id=self.oslo.id), {"text": text})

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from django.contrib.auth.models import User
 from django.test import TestCase, override_settings
 
-from memory import actions
+from memory import actions, graph
 from memory.extraction.llm.offline import OfflineExtractor
 from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory, ProfileSettings
@@ -227,3 +227,47 @@ class DashboardLabelsTestCase(VersionsTestCase):
         self.client.force_login(self.reader)
         page = self.client.get(self.url(self.current())).content.decode()
         assert '<ol class="messages-list">' in page and 'start="0"' not in page
+
+
+class GraphThroughEditsTestCase(TestCase):
+    """Issue #50 (part 3, item 2): an edit names the graph facts it ends, the memory page lists
+    them, and making the old text current again brings them back."""
+
+    @classmethod
+    def setUpTestData(cls) -> None:
+        cls.project = make_key("acme", "main").key.project
+        cls.owner = person("owen", cls.project.organization, "owner")
+
+    def test_edit_warns_with_the_facts_and_restoring_the_version_brings_them_back(self) -> None:
+        [memory] = add_texts(self.project, ["Alice lives in Berlin"], user_id="alice")
+        alice = graph.Scope(user_id="alice")
+        graph.upsert_relation(
+            self.project.pk, "alice", "lives in", "berlin", alice, memory_id=memory.pk
+        )
+        self.client.force_login(self.owner)
+        url = f"/dashboard/p/{self.project.pk}/memories/{memory.pk}/"
+        page = self.client.get(url)
+        assert [(f.relation.phrase(), f.state) for f in page.context["facts"]] == [
+            ("alice –lives_in→ berlin", "backed")
+        ]
+        assert "those only it backs end" in page.content.decode()
+
+        edited = self.client.post(
+            url + "edit/", {"text": "Alice lives in Hamburg", "metadata": "{}"}, follow=True
+        )
+        [said] = edited.context["messages"]
+        assert said.level_tag == "warning"
+        assert "alice –lives_in→ berlin" in str(said) and "brings them back" in str(said)
+        [fact] = edited.context["facts"]
+        assert (fact.relation.phrase(), fact.state) == ("alice –lives_in→ berlin", "ended")
+        assert "making that text current again" in fact.why
+        assert graph.relations(self.project.pk, alice) == []
+
+        berlin = next(v for v in edited.context["versions"] if v.text == "Alice lives in Berlin")
+        restored = self.client.post(url + f"versions/{berlin.history_id}/restore/", follow=True)
+        [said] = restored.context["messages"]
+        assert said.level_tag == "success" and "hold again: alice –lives_in→ berlin" in str(said)
+        [fact] = restored.context["facts"]
+        assert fact.state == "backed"
+        [edge] = graph.relations(self.project.pk, alice)
+        assert edge.memory_ids == [str(memory.pk)]
