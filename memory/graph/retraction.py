@@ -70,7 +70,7 @@ def retract_memories(
     project: ProjectId,
     memory_ids: Iterable[uuid.UUID | str],
     *,
-    reworded: Mapping[uuid.UUID | str, uuid.UUID | str] | None = None,
+    reworded: Mapping[uuid.UUID, uuid.UUID] | None = None,
 ) -> list[Relation]:
     """These memories no longer assert their relations (deleted or superseded; `reworded`,
     each memory id to the id of the history row of the edit, when their text changed):

@@ -166,8 +166,8 @@ class Relation:
         )
 
     def phrase(self) -> str:
-        """The fact in one line, as the dashboards name it: "alice –lives_in→ berlin"."""
-        return f"{self.source} –{self.relationship}→ {self.destination}"
+        """The fact in one line, as the dashboards name it: "alice → lives_in → berlin"."""
+        return f"{self.source} → {self.relationship} → {self.destination}"
 
     def reference(self) -> dict[str, Any]:
         """The edge as an event's record names it (its graph summary, a revert's answer)."""

@@ -374,7 +374,9 @@ def update_memory(
             scoped_memory(memory_id), actor=actor(request), text=data["text"], vector=vector
         )
         updated = s.memory_data(edit.memory)
-    return answer(f"Updated [{updated['id']}] {updated['memory']} {edit.graph_note()}".rstrip(), updated)
+    return answer(
+        f"Updated [{updated['id']}] {updated['memory']} {edit.graph_note()}".rstrip(), updated
+    )
 
 
 @tool(read_only=False, destructive=True)

@@ -217,9 +217,9 @@ class RetractionTests(BaseTestCase):
         self.relate(("alice", "drinks", "tea"), tea, other)
 
         edit = do_update_memory(tea, actor=TEST, text="Alice likes coffee now", vector=UNIT)
-        assert [r.phrase() for r in edit.ended] == ["alice –likes→ tea"]  # drinks: other backs it
+        assert [r.phrase() for r in edit.ended] == ["alice → likes → tea"]  # drinks: other backs it
         assert edit.backed_again == []
-        assert "alice –likes→ tea" in edit.graph_note()
+        assert "alice → likes → tea" in edit.graph_note()
         # A third wording is not the one that backed them.
         edit = do_update_memory(fresh(tea), actor=TEST, text="Alice likes mate", vector=UNIT)
         assert (edit.ended, edit.backed_again) == ([], [])
@@ -229,8 +229,8 @@ class RetractionTests(BaseTestCase):
 
         assert edit.ended == []
         assert sorted(r.phrase() for r in edit.backed_again) == [
-            "alice –drinks→ tea",
-            "alice –likes→ tea",
+            "alice → drinks → tea",
+            "alice → likes → tea",
         ]
         likes = assert_edge(self.a, ("alice", "likes", "tea"), valid=True, memory_ids=[tea])
         assert likes.invalidated_by == ""
@@ -242,11 +242,11 @@ class RetractionTests(BaseTestCase):
         do_update_memory(fresh(tea), actor=TEST, text="Alice likes coffee now", vector=UNIT)
         edit = do_update_memory(fresh(tea), actor=TEST, text="Alice likes tea", vector=UNIT)
         assert sorted(r.phrase() for r in edit.backed_again) == [
-            "alice –drinks→ tea",
-            "alice –likes→ tea",
+            "alice → drinks → tea",
+            "alice → likes → tea",
         ]
         assert_edge(self.a, ("alice", "likes", "tea"), valid=True, memory_ids=[tea])
-        edges = [r for r in graph.relations(self.a, ALICE, include_invalid=True, limit=50)]
+        edges = list(graph.relations(self.a, ALICE, include_invalid=True, limit=50))
         assert len(edges) == 2
 
     def test_a_wording_back_joins_a_relation_asserted_again_meanwhile(self) -> None:

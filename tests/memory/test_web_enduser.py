@@ -156,14 +156,14 @@ class EndUserDashboardTestCase(BaseTestCase):
             follow=True,
         )  # fmt: skip
         said = [str(m) for m in fixed.context["messages"]]
-        assert len(said) == 1 and "alice –lives_in→ oslo" in said[0], said
+        assert len(said) == 1 and "alice → lives_in → oslo" in said[0], said
         assert [r.valid for r in graph.relations(self.project.pk, alice)] == []
         back = self.client.post(
             self.url("correct", memory_id=self.oslo.id), {"text": "Alice lives in Oslo"},
             follow=True,
         )  # fmt: skip
         said = [str(m) for m in back.context["messages"]]
-        assert "hold again: alice –lives_in→ oslo" in said[0], said
+        assert "hold again: alice → lives_in → oslo" in said[0], said
         [edge] = graph.relations(self.project.pk, alice)
         assert edge.memory_ids == [str(self.oslo.pk)]
 

@@ -233,6 +233,9 @@ class GraphThroughEditsTestCase(TestCase):
     """Issue #50 (part 3, item 2): an edit names the graph facts it ends, the memory page lists
     them, and making the old text current again brings them back."""
 
+    project: ClassVar[Project]
+    owner: ClassVar[User]
+
     @classmethod
     def setUpTestData(cls) -> None:
         cls.project = make_key("acme", "main").key.project
@@ -248,7 +251,7 @@ class GraphThroughEditsTestCase(TestCase):
         url = f"/dashboard/p/{self.project.pk}/memories/{memory.pk}/"
         page = self.client.get(url)
         assert [(f.relation.phrase(), f.state) for f in page.context["facts"]] == [
-            ("alice –lives_in→ berlin", "backed")
+            ("alice → lives_in → berlin", "backed")
         ]
         assert "those only it backs end" in page.content.decode()
 
@@ -257,16 +260,16 @@ class GraphThroughEditsTestCase(TestCase):
         )
         [said] = edited.context["messages"]
         assert said.level_tag == "warning"
-        assert "alice –lives_in→ berlin" in str(said) and "brings them back" in str(said)
+        assert "alice → lives_in → berlin" in str(said) and "brings them back" in str(said)
         [fact] = edited.context["facts"]
-        assert (fact.relation.phrase(), fact.state) == ("alice –lives_in→ berlin", "ended")
+        assert (fact.relation.phrase(), fact.state) == ("alice → lives_in → berlin", "ended")
         assert "making that text current again" in fact.why
         assert graph.relations(self.project.pk, alice) == []
 
         berlin = next(v for v in edited.context["versions"] if v.text == "Alice lives in Berlin")
         restored = self.client.post(url + f"versions/{berlin.history_id}/restore/", follow=True)
         [said] = restored.context["messages"]
-        assert said.level_tag == "success" and "hold again: alice –lives_in→ berlin" in str(said)
+        assert said.level_tag == "success" and "hold again: alice → lives_in → berlin" in str(said)
         [fact] = restored.context["facts"]
         assert fact.state == "backed"
         [edge] = graph.relations(self.project.pk, alice)
