@@ -22,6 +22,7 @@ from config.env import (
     env_secret,
     env_str,
 )
+from config.prices import parse_prices
 
 django_stubs_ext.monkeypatch()
 
@@ -480,6 +481,10 @@ if ENGRAM_EXTRACTOR == "openai" and not env_optional("ENGRAM_LLM_MODEL"):
     )
 # The model's name at its provider.
 ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL", "claude-haiku-5-5")
+# What the models cost, per million tokens, as the operator's contract says (config/prices.py):
+# the Usage page prices the tokens it counts by them. None shipped: a model without one shows
+# its tokens and "no price set".
+ENGRAM_MODEL_PRICES = parse_prices(env_str("ENGRAM_MODEL_PRICES", "{}"))
 ENGRAM_LLM_MAX_TOKENS = env_int("ENGRAM_LLM_MAX_TOKENS", 2048, minimum=256)
 ENGRAM_LLM_TIMEOUT = env_int("ENGRAM_LLM_TIMEOUT", 60, minimum=1)
 # Graph extraction (entities, relations, contradictions) after fact extraction: up to three more

@@ -107,7 +107,7 @@ def apply(
         event.status = MemoryEvent.Status.SUCCEEDED
         event.results = results
         event.extractor = run.extractor
-        event.usage = run.usage.counts()
+        event.usage = run.usage.recorded()
         event.error = "; ".join(rejected + run.usage.notes)
         event.warning = warning
         event.completed_at = timezone.now()

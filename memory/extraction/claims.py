@@ -142,7 +142,7 @@ def mark_failed(claimed: Claim, error: str, usage: Usage | None = None) -> bool:
         if event is None:
             return False
         if usage is not None:
-            event.usage = usage.counts()
+            event.usage = usage.recorded()
             event.save(update_fields=["usage"])
         _finish(event, MemoryEvent.Status.FAILED, error)
         return True

@@ -284,7 +284,7 @@ def refresh_summary(event_id: uuid.UUID, project_id: uuid.UUID, extractor: Extra
         if usage.calls:
             totals = Usage.from_counts(event.usage or {})
             totals.add(usage)
-            MemoryEvent.objects.filter(pk=event.pk).update(usage=totals.counts())
+            MemoryEvent.objects.filter(pk=event.pk).update(usage=totals.recorded())
         if text is None:
             return
         # Written as of the last request folded in (update() keeps that time: no auto_now).

@@ -10,8 +10,9 @@ This module is the package's interface: callers write `from memory import querie
 
 - core: memories (every read's base), one memory, matching a filter, linked (superseded)
   memories, one scope's memories, the scope ids in use, histories;
-- records: add requests (events) and their usage (per day, per user or agent), exports,
-  Idempotency-Keys, erasure requests;
+- records: add requests (events) and their usage (per day, per model, per user or agent),
+  exports, Idempotency-Keys, erasure requests;
+- calls: the project's API calls, per day and per endpoint (from the access log);
 - relations: the graph reads (graph_edges, paged relations, traversal, a search's relations);
 - dashboard: the dashboards' reads (scope counts, the browser, an end user's own memories,
   where a memory came from);
@@ -25,6 +26,7 @@ memory.mcp, memory.web).
 
 from __future__ import annotations
 
+from memory.queries.calls import calls_per_day, calls_per_endpoint
 from memory.queries.core import (
     ENTITY_TYPES,
     active_for_update,
@@ -64,6 +66,7 @@ from memory.queries.records import (
     events_by_id,
     export,
     idempotent_request,
+    model_usage_per_day,
     rerank_usage_per_day,
     usage_per_day,
     usage_per_scope,
@@ -89,6 +92,8 @@ __all__ = [
     "StablePaginator",
     "active_for_update",
     "browse_memories",
+    "calls_per_day",
+    "calls_per_endpoint",
     "entities",
     "entity_display_names",
     "erasure",
@@ -111,6 +116,7 @@ __all__ = [
     "memories",
     "memory_in_any_state",
     "memory_texts",
+    "model_usage_per_day",
     "own_names",
     "rerank_usage_per_day",
     "retention",

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db.models import BigIntegerField, Count, F, QuerySet, Sum
+from django.db.models import BigIntegerField, Count, F, QuerySet, Sum, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncDate
 
@@ -70,6 +70,45 @@ def usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, A
     return sorted(days.values(), key=lambda row: row["day"], reverse=True)
 
 
+MODEL_USAGE_KEYS = (
+    "events",
+    "calls",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def model_usage_per_day(project_id: uuid.UUID, *, since: datetime) -> list[dict[str, Any]]:
+    """What add requests created from `since` used per day (current time zone) and per model
+    (MemoryEvent.usage's `model`, "" when none was recorded: the offline extractor, usage
+    recorded before the model was, and the folded totals of requests no longer kept), newest
+    day first, then by model: day, model and MODEL_USAGE_KEYS. Two GROUP BY queries."""
+    kept = (
+        MemoryEvent.objects.filter(project_id=project_id, created_at__gte=since)
+        .annotate(
+            day=TruncDate("created_at"),
+            model=Coalesce(KT("usage__model"), Value(""), output_field=TextField()),
+        )
+        .values("day", "model")
+        .annotate(
+            **_usage_sums(),
+            cache_creation_input_tokens=_usage_total("cache_creation_input_tokens"),
+            cache_read_input_tokens=_usage_total("cache_read_input_tokens"),
+        )
+    )
+    rows: dict[tuple[Any, str], dict[str, Any]] = {(r["day"], r["model"]): dict(r) for r in kept}
+    folded = UsageDay.objects.filter(project_id=project_id, day__gte=since.date())
+    for row in folded.values("day", "events", "calls", "input_tokens", "output_tokens"):
+        day = rows.setdefault(
+            (row["day"], ""), {"day": row["day"], "model": "", **dict.fromkeys(MODEL_USAGE_KEYS, 0)}
+        )
+        for key in ("events", "calls", "input_tokens", "output_tokens"):
+            day[key] += row[key]
+    return sorted(rows.values(), key=lambda r: (-r["day"].toordinal(), r["model"]))
+
+
 RERANK_USAGE_KEYS = ("searches", "reranked", "calls", "input_tokens", "output_tokens")
 
 
@@ -109,7 +148,9 @@ def usage_per_scope(
         .values(field)
         .annotate(**_usage_sums())
         .annotate(tokens=F("input_tokens") + F("output_tokens"))
-        .order_by("-tokens", field)[:limit]
+        # The most tokens first; among equal tokens (all 0 with the offline extractor), the
+        # most requests.
+        .order_by("-tokens", "-events", field)[:limit]
     )
     return [{"scope_id": row.pop(field), **row} for row in rows]
 

@@ -1,5 +1,5 @@
-"""What runs behind a project's memories, for its operators: add requests (events) and what
-extraction costs in model tokens, the project's API keys, and a scope's graph as a picture.
+"""What runs behind a project's memories, for its operators: add requests (events), the
+project's API keys, and a scope's graph as a picture (what they cost: memory.web.usage).
 
 Reads go through memory.queries (the graph: graph_edges and graph_relations, as the API reads
 it); API keys are written through tenants.actions. Readers see everything here and change
@@ -37,9 +37,6 @@ from tenants.models import ApiKey
 
 EVENTS_PER_PAGE = 25
 USAGE_DAYS = 30
-USAGE_KEYS = ("events", "calls", "input_tokens", "output_tokens")
-RERANK_USAGE_KEYS = ("searches", "reranked", "calls", "input_tokens", "output_tokens")
-USAGE_SCOPES_SHOWN = 25  # users and agents in the usage tables, the most tokens first
 RELATIONS_PER_PAGE = 50
 # The picture reads at most one API page of relations (graph.MAX_LIMIT) and draws the
 # graph_picture.MAX_NODES entities with most relations among them.
@@ -73,11 +70,9 @@ def usage_since(days: int = USAGE_DAYS) -> datetime:
 
 @operator_page()
 def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
-    """The add requests, 25 a page, each marked when it kept nothing; how many of the last 30
-    days' extracted nothing from first-person messages (a model that may not be working); the
-    model usage of the
-    last 30 days per day, per user and per agent; filtered by a user, that user's usage per
-    day."""
+    """The add requests, 25 a page, each marked when it kept nothing, and how many of the last
+    30 days' extracted nothing from first-person messages (a model that may not be working).
+    What they cost is on the Usage page (memory.web.usage)."""
     form = EventFilterForm(request.GET)
     wanted = form.cleaned_data if form.is_valid() else {}
     user_id = wanted.get("user_id") or None
@@ -95,48 +90,22 @@ def events(request: HttpRequest, dash: Dashboard) -> HttpResponse:
     if wanted.get("warning"):
         found = found.exclude(warning="")
     page = queries.StablePaginator(found, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
-    since = usage_since()
     warned = (
         queries.events(dash.project.pk)
-        .filter(created_at__gte=since, warning=NOTHING_EXTRACTED)
+        .filter(created_at__gte=usage_since(), warning=NOTHING_EXTRACTED)
         .count()
     )
-    days = queries.usage_per_day(dash.project.pk, since=since)
-    totals = {key: sum(day[key] for day in days) for key in USAGE_KEYS}
-    rerank_days = queries.rerank_usage_per_day(dash.project.pk, since=since)
-    rerank_totals = {key: sum(day[key] for day in rerank_days) for key in RERANK_USAGE_KEYS}
-    per_scope = {
-        kind: queries.usage_per_scope(dash.project.pk, kind, since=since, limit=USAGE_SCOPES_SHOWN)
-        for kind in ("user", "agent")
-    }
-    user_days: list[dict[str, Any]] = []
-    if user_id:
-        user_days = queries.user_usage_per_day(
-            dash.project.pk, user_id, since=since, limit=USAGE_DAYS
-        )
     context = {
         "section": "events",
         "form": form,
         "page": page,
         "warned": warned,
         "nothing_extracted": NOTHING_EXTRACTED,
-        "days": days,
-        "totals": totals,
-        "rerank_days": rerank_days,
-        "rerank_totals": rerank_totals,
-        "reranker": settings.ENGRAM_RERANK,
         "usage_days": USAGE_DAYS,
-        "users": per_scope["user"],
-        "agents": per_scope["agent"],
-        "usage_shown": USAGE_SCOPES_SHOWN,
-        "user_id": user_id,
-        "user_days": user_days,
-        "user_totals": {key: sum(day[key] for day in user_days) for key in USAGE_KEYS},
         # What extracts new requests as this server is configured (the worker reads the same
         # settings): a model (its provider and name), or the offline extractor.
         "extractor": settings.ENGRAM_EXTRACTOR,
         "model": settings.ENGRAM_LLM_MODEL if settings.ENGRAM_EXTRACTOR != "offline" else "",
-        "tz": timezone.get_current_timezone_name(),
     }
     return render(request, "web/operator/events.html", context)
 

@@ -12,6 +12,7 @@ from memory.web import (
     memories,
     operations,
     settings,
+    usage,
     views,
     webhooks,
 )
@@ -26,6 +27,7 @@ urlpatterns = [
     # memories.py owns "dashboard/p/<project_id>/" (name "project": the project's scopes).
     path("dashboard/p/<uuid:project_id>/", include(memories.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(operations.urlpatterns)),
+    path("dashboard/p/<uuid:project_id>/", include(usage.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(webhooks.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(settings.urlpatterns)),
     path("dashboard/p/<uuid:project_id>/", include(erasures.urlpatterns)),

@@ -108,6 +108,7 @@ class PipelineTestCase(ExtractionTestCase):
         assert done.usage == {
             "calls": 2, "input_tokens": 120, "output_tokens": 40,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+            "model": self.model.model,  # what the Usage page prices them by
         }  # fmt: skip
         assert done.extractor == self.model.name
         # No entity beyond the user's own: nothing to relate, the memory is linked to the user.

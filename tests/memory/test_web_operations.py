@@ -220,22 +220,26 @@ class EventsTestCase(OperationsTestCase):
         self.make_event(2, usage={"calls": 1, "input_tokens": 10, "output_tokens": 5})
         self.make_event(45, usage={"calls": 9, "input_tokens": 99999, "output_tokens": 9})
         self.make_event(0, project=self.charlie.key.project, usage=usage)
-        response = self.get(self.rita, "events")
+        listed = self.get(self.rita, "events")
+        assert listed.context["page"].paginator.count == 5  # the list keeps every event
+        assert b">1,200<" in listed.content and b">345<" in listed.content
+        assert b"99,999" in listed.content  # the old event's own row, outside the 30 days
+        response = self.get(self.rita, "usage")
         today, two_days_ago = timezone.localdate(), timezone.localdate() - timedelta(days=2)
         days = [(d["day"], d["events"], d["calls"], d["input_tokens"], d["output_tokens"])
                 for d in response.context["days"]]  # fmt: skip
         assert days == [(today, 3, 5, 2000, 400), (two_days_ago, 1, 1, 10, 5)]
         totals = {"events": 4, "calls": 6, "input_tokens": 2010, "output_tokens": 405}
         assert response.context["totals"] == totals
-        assert response.context["page"].paginator.count == 5  # the list keeps every event
-        footer = re.search(rb"<tfoot>.*?</tfoot>", response.content, re.DOTALL)
-        assert footer is not None  # each total, grouped for reading
+        table = re.search(rb'id="usage-title".*?</table>', response.content, re.DOTALL)
+        assert table is not None  # each total, grouped for reading
+        footer = re.search(rb"<tfoot>.*?</tfoot>", table[0], re.DOTALL)
+        assert footer is not None
         assert all(f"{v:,}".encode() in footer[0] for v in totals.values())
-        assert b">1,200<" in response.content and b">345<" in response.content
-        assert b"99,999" in response.content  # the old event's own row, outside the 30 days
+        assert b"99,999" not in response.content
 
     def test_it_shows_the_rerankers_usage_per_day(self) -> None:
-        quiet = self.get(self.rita, "events")
+        quiet = self.get(self.rita, "usage")
         assert b"Reranker usage" not in quiet.content  # no reranker, nothing counted: no table
         for reranked, tokens in ((True, 300), (False, 0), (True, 120)):
             actions.do_count_rerank(
@@ -244,7 +248,7 @@ class EventsTestCase(OperationsTestCase):
         actions.do_count_rerank(
             self.charlie.key.project_id, reranked=True, calls=1, input_tokens=5, output_tokens=5
         )
-        response = self.get(self.rita, "events")
+        response = self.get(self.rita, "usage")
         [today] = response.context["rerank_days"]
         assert today["day"] == timezone.now().astimezone(UTC).date()
         counts = {
@@ -264,7 +268,7 @@ class EventsTestCase(OperationsTestCase):
             0, user_id="bob", usage={"calls": 1, "input_tokens": 100, "output_tokens": 5}
         )
         self.make_event(2, usage={"calls": 1, "input_tokens": 10, "output_tokens": 5})
-        before = self.get(self.rita, "events").context
+        before = self.get(self.rita, "usage").context
         days_before, totals_before = before["days"], before["totals"]
         assert totals_before == {
             "events": 3,
@@ -273,8 +277,8 @@ class EventsTestCase(OperationsTestCase):
             "output_tokens": 355,
         }
         actions.do_erase_user(self.alice.key.project, "alice", actor="test")
-        after = self.get(self.rita, "events").context
-        assert after["page"].paginator.count == 1  # only bob's request is still kept
+        after = self.get(self.rita, "usage").context
+        assert self.get(self.rita, "events").context["page"].paginator.count == 1  # bob's
         assert (after["days"], after["totals"]) == (days_before, totals_before)
         with project_context(self.project_id):
             folded = list(UsageDay.objects.values_list("events", "calls", "input_tokens"))
@@ -303,16 +307,27 @@ class EventsTestCase(OperationsTestCase):
         self.client.get(self.url("events"))  # the connection then knows its tenant setting
         # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
         # 6 project setting, 7 count of events, 8 count of the last 30 days' warned events,
-        # 9 usage per day of the events kept, 10 of those erased, 11 the reranker's usage per
-        # day, 12 usage per user (one GROUP BY, LIMIT 25), 13 usage per agent (the same), 14
-        # switcher's projects, 15 the page of events (read by the template), 16 setting
-        # cleared, 17 release.
-        with self.assertNumQueries(17):
+        # 9 switcher's projects, 10 the page of events (read by the template), 11 setting
+        # cleared, 12 release.
+        with self.assertNumQueries(12):
             assert self.client.get(self.url("events")).status_code == 200
-        # Filtered by a user: ... 14 that user's usage per day (one GROUP BY, LIMIT 30), 15
-        # switcher's projects, 16 the page, 17 setting cleared, 18 release.
-        with self.assertNumQueries(18):
+        with self.assertNumQueries(12):
             assert self.client.get(self.url("events"), {"user_id": "alice"}).status_code == 200
+
+    def test_it_pins_the_usage_page_queries(self) -> None:
+        self.make_event(usage={"calls": 1, "input_tokens": 1, "output_tokens": 1})
+        self.client.force_login(self.rita)
+        self.client.get(self.url("usage"))
+        # 1 session, 2 user, 3 project, 4 role; in the tenant transaction: 5 savepoint,
+        # 6 project setting, 7 usage per day and model of the events kept, 8 of those erased,
+        # 9 usage per day (kept), 10 (erased), 11 the reranker's per day, 12 API calls per day,
+        # 13 per endpoint (LIMIT 50), 14 usage per user (LIMIT 25), 15 per agent, 16 the
+        # switcher's projects, 17 setting cleared, 18 release.
+        with self.assertNumQueries(18):
+            assert self.client.get(self.url("usage")).status_code == 200
+        # Filtered by a user: one more, that user's usage per day (one GROUP BY, LIMIT 30).
+        with self.assertNumQueries(19):
+            assert self.client.get(self.url("usage"), {"user_id": "alice"}).status_code == 200
 
     def usage_fixture(self) -> None:
         """Alice spends most, then Bob with two agents; an agent without a user; what must not
@@ -339,7 +354,7 @@ class EventsTestCase(OperationsTestCase):
 
     def test_it_sums_usage_per_user_and_per_agent_of_the_last_30_days(self) -> None:
         self.usage_fixture()
-        response = self.get(self.rita, "events")
+        response = self.get(self.rita, "usage")
         assert self.sums(response.context["users"]) == [
             ("alice", 3, 5, 2000, 400),  # not the 45-day-old request, nor charlie's project's
             ("bob", 2, 2, 590, 60),
@@ -351,9 +366,13 @@ class EventsTestCase(OperationsTestCase):
             ("cron", 1, 4, 40, 4),
         ]
         content = response.content.decode()
-        events_url = self.url("events")
-        for field, value in (("user_id", "alice"), ("user_id", "bob"), ("agent_id", "tutor")):
-            link = f'<a href="{events_url}?{field}={value}"><code><bdi>{value}</bdi></code></a>'
+        usage_url, events_url = self.url("usage"), self.url("events")
+        for url, field, value in (
+            (usage_url, "user_id", "alice"),
+            (usage_url, "user_id", "bob"),
+            (events_url, "agent_id", "tutor"),
+        ):
+            link = f'<a href="{url}?{field}={value}"><code><bdi>{value}</bdi></code></a>'
             assert link in content
         hostile = "%3Cscript%3Ealert%281%29%3C%2Fscript%3E"
         assert f'?user_id={hostile}"><code><bdi>{ESCAPED}</bdi></code></a>' in content
@@ -365,7 +384,7 @@ class EventsTestCase(OperationsTestCase):
 
     def test_a_users_events_show_their_usage_per_day(self) -> None:
         self.usage_fixture()
-        response = self.get(self.rita, "events", {"user_id": "alice"})
+        response = self.get(self.rita, "usage", {"user_id": "alice"})
         three_days_ago = timezone.localdate() - timedelta(days=3)
         days = [(d["day"], d["events"], d["calls"], d["input_tokens"], d["output_tokens"])
                 for d in response.context["user_days"]]  # fmt: skip
@@ -376,11 +395,12 @@ class EventsTestCase(OperationsTestCase):
         content = response.content.decode()
         assert "Model usage of user <code><bdi>alice</bdi></code> per day" in content
         assert '<td class="num">1,200</td>' in content
+        assert f'href="{self.url("events")}?user_id=alice">This user' in content
         # Unfiltered, no such table; filtered by a user without requests, an empty one.
-        unfiltered = self.get(self.rita, "events")
+        unfiltered = self.get(self.rita, "usage")
         assert unfiltered.context["user_days"] == []
-        assert b"user-usage-title" not in unfiltered.content
-        response = self.get(self.rita, "events", {"user_id": "nobody"})
+        assert b"Model usage of user" not in unfiltered.content
+        response = self.get(self.rita, "usage", {"user_id": "nobody"})
         assert response.context["user_days"] == []
         assert b"No add requests of this user kept" in response.content
         # The agent's filter, which its usage row links to.
@@ -402,8 +422,8 @@ class EventsTestCase(OperationsTestCase):
         ]
         content = response.content.decode()
         assert "Top spenders, last 30 days" in content
-        events_url = self.url("events")
-        assert f'<a href="{events_url}?user_id=alice"><code><bdi>alice</bdi></code></a>' in content
+        usage_url = self.url("usage")
+        assert f'<a href="{usage_url}?user_id=alice"><code><bdi>alice</bdi></code></a>' in content
         assert '<td class="num">2,000</td>' in content
         assert "user-0" not in content and "77,777" not in content
         # In another project, none of these.

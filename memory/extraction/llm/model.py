@@ -149,7 +149,7 @@ class ModelExtractor:
         with the note.
         """
         name = tool["name"]
-        usage = Usage()
+        usage = Usage(model=self.model)
         limit = min(budget or self.max_tokens, self.max_tokens)
         problem = note = ""
         while True:

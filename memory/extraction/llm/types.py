@@ -88,6 +88,9 @@ class Usage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     notes: list[str] = field(default_factory=list)
+    # The model that made the calls, as configured (ENGRAM_LLM_MODEL): what the Usage page
+    # prices them by. "" for the offline extractor (no calls) and for usage recorded before.
+    model: str = ""
 
     COUNTS = (
         "calls",
@@ -101,10 +104,15 @@ class Usage:
         for name in self.COUNTS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.notes += other.notes
+        self.model = self.model or other.model
 
     def counts(self) -> dict[str, int]:
         """The figures an event records (its `usage`)."""
         return {name: getattr(self, name) for name in self.COUNTS}
+
+    def recorded(self) -> dict[str, Any]:
+        """What an event records as its `usage`: the figures, and the model when known."""
+        return self.counts() | ({"model": self.model} if self.model else {})
 
     @classmethod
     def from_counts(cls, counts: dict[str, Any]) -> Usage:
@@ -112,6 +120,7 @@ class Usage:
         usage = cls()
         for name in cls.COUNTS:
             setattr(usage, name, int(counts.get(name) or 0))
+        usage.model = str(counts.get("model") or "")
         return usage
 
 
