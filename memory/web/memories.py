@@ -103,6 +103,12 @@ class MemoryFilterForm(forms.Form):
     def scope(self) -> dict[str, str]:
         return {f: self.cleaned_data[f] for f in SCOPE_FIELDS if self.cleaned_data.get(f)}
 
+    def in_use(self) -> int:
+        """How many filters narrow the list beyond its user (the page's subject): on a phone
+        the filters stay folded when none does."""
+        given = {k: v for k, v in self.data.items() if k in self.fields and k != "user_id" and v}
+        return sum(1 for k, v in given.items() if not (k == "state" and v == "active"))
+
     def memories(self, project_id: uuid.UUID) -> Any:
         data = self.cleaned_data
         return queries.browse_memories(
