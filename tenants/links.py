@@ -38,16 +38,22 @@ class DashboardLink:
     user_id: str
     key_id: uuid.UUID
     expires_at: datetime
+    # The staff member who opened the page from the operator dashboard ("" for the user's own
+    # link): what they change there is recorded under their name, not the user's.
+    by: str = ""
 
 
-def mint(key: ApiKey, user_id: str, expires_in: int) -> tuple[str, datetime]:
-    """A token for `user_id` in the key's project, valid for `expires_in` seconds."""
+def mint(key: ApiKey, user_id: str, expires_in: int, *, by: str = "") -> tuple[str, datetime]:
+    """A token for `user_id` in the key's project, valid for `expires_in` seconds; `by`, the
+    staff member's username when an operator opens the user's page (see DashboardLink.by)."""
     if not MIN_SECONDS <= expires_in <= MAX_SECONDS:
         raise ValueError(f"expires_in must be from {MIN_SECONDS} to {MAX_SECONDS} seconds.")
     # time.time(), not timezone.now(): the signer dates its signature with it too, so one clock
     # decides (and one patch of it moves both in tests).
     expires = int(time.time()) + expires_in
-    payload = {"p": key.project_id.hex, "u": user_id, "k": key.id.hex, "e": expires}
+    payload: dict[str, Any] = {"p": key.project_id.hex, "u": user_id, "k": key.id.hex, "e": expires}
+    if by:
+        payload["b"] = by
     token = signing.dumps(payload, salt=SALT, compress=True)
     return token, datetime.fromtimestamp(expires, tz=UTC)
 
@@ -74,14 +80,17 @@ def resolve(token: str) -> DashboardLink:
 
 def _parse(data: Any) -> DashboardLink:
     try:
-        expires = data["e"]
+        expires, by = data["e"], data.get("b", "")
         if not isinstance(expires, int) or not isinstance(data["u"], str):
+            raise TypeError
+        if not isinstance(by, str):
             raise TypeError
         return DashboardLink(
             project_id=uuid.UUID(hex=data["p"]),
             user_id=data["u"],
             key_id=uuid.UUID(hex=data["k"]),
             expires_at=datetime.fromtimestamp(expires, tz=UTC),
+            by=by,
         )
     except (KeyError, TypeError, ValueError, OverflowError):
         # Signed by us, so never expected: a payload of another version of this module.

@@ -75,6 +75,10 @@ class EndUser:
 
     @property
     def actor(self) -> Actor:
+        """The user; or the staff member who opened the page from the operator dashboard, so
+        that what they change is recorded under their own name."""
+        if self.link.by:
+            return Actor("user", self.link.by)
         return Actor.end_user(self.link.user_id)
 
     @contextmanager
@@ -169,7 +173,7 @@ def _home_page(request: HttpRequest, me: EndUser, query: str, error: str) -> Htt
             found = queries.user_memories_listed(me.project_id, me.user_id)
         page = queries.StablePaginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
         deleted = [
-            {"memory": m, "by": deleted_by(m), "mine": _deleted_by_them(m)}
+            {"memory": m, "by": deleted_by(m), "mine": _deleted_by_them(me, m)}
             for m in queries.user_deleted_memories(me.project_id, me.user_id)[:DELETED_SHOWN]
         ]
         project = _project(me)
@@ -315,7 +319,7 @@ def restore(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
         )
         if memory.state == Memory.State.ACTIVE:
             messages.info(request, "This memory is not deleted.")
-        elif theirs is None or not _deleted_by_them(theirs):
+        elif theirs is None or not _deleted_by_them(me, theirs):
             who = deleted_by(theirs) if theirs is not None else "someone else"
             messages.error(
                 request, f"This memory was deleted by {who}: only a delete you made is undone here."
@@ -326,9 +330,10 @@ def restore(request: HttpRequest, me: EndUser, memory_id: str) -> HttpResponse:
     return redirect("web:enduser_home", token=me.token)
 
 
-def _deleted_by_them(memory: Memory) -> bool:
-    """Whether the user deleted it themselves (on their page: an `enduser:` actor)."""
-    return str(getattr(memory, "deleted_by", "") or "").startswith("enduser:")
+def _deleted_by_them(me: EndUser, memory: Memory) -> bool:
+    """Whether the holder of the link deleted it (the user on their page: their `enduser:`
+    actor; a staff member who opened it: theirs)."""
+    return str(getattr(memory, "deleted_by", "") or "") == str(me.actor)
 
 
 def deleted_by(memory: Memory) -> str:

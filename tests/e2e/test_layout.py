@@ -91,3 +91,26 @@ def test_on_a_phone_the_first_memory_is_on_the_first_screen(
         assert lines, link.inner_text()
     page.screenshot(path=str(SCREENSHOTS / "layout-scopes-phone.png"), full_page=True)
     shots(page, "scopes")
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_the_operator_opens_the_users_own_page(
+    page: Page, shots: Shots, viewport: ViewportSize
+) -> None:
+    project = make_key("acme", "main").key.project
+    with project_context(project.pk):
+        add_texts(project, ["Alice lives in Lisbon"], user_id="alice")
+        add_texts(project, ["Bob likes tea"], user_id="bob")
+    operator(project)
+    page.set_viewport_size(viewport)
+    login(page, "olga", PASSWORD)
+    page.goto(f"/dashboard/p/{project.pk}/memories/?user_id=alice")
+    page.get_by_role("link", name="Open the user's own page…").click()
+    expect(page.get_by_role("heading", name="Open the own page of alice?")).to_be_visible()
+    page.get_by_role("button", name="Open the user's page").click()
+    expect(page.get_by_role("status")).to_contain_text("Opened by support staff olga")
+    expect(page.get_by_text("Alice lives in Lisbon").first).to_be_visible()
+    assert "Bob likes tea" not in page.content()
+    assert_no_sideways_scroll(page, "the user's page opened by an operator")
+    page.screenshot(path=str(SCREENSHOTS / f"layout-user-page-{viewport['width']}.png"))
+    shots(page, "user-page")

@@ -8,16 +8,18 @@ from typing import ClassVar
 
 from django.contrib.auth.models import User
 from django.test import TestCase
+from django.utils import timezone
 
 from audit.models import ErasureRequest
-from memory.models import Memory
+from memory.models import Memory, MemoryHistory
+from tenants import links
 from tenants.db import project_context
-from tenants.models import Project
+from tenants.models import ApiKey, Project
 from tests.factory import add_texts, make_key
 from tests.memory.test_web_memories import person
 
 
-class ErasuresTestCase(TestCase):
+class OperatorPowersBase(TestCase):
     project: ClassVar[Project]
     owner: ClassVar[User]
     reader: ClassVar[User]
@@ -40,6 +42,8 @@ class ErasuresTestCase(TestCase):
         with project_context(self.project.pk):
             return Memory.objects.get(pk=memory.pk)
 
+
+class ErasuresTestCase(OperatorPowersBase):
     def test_an_operator_erases_one_memory_after_a_confirmation(self) -> None:
         erase = f"{self.base}memories/{self.tea.pk}/erase/"
         self.client.force_login(self.reader)
@@ -106,3 +110,55 @@ class ProjectsPageTestCase(TestCase):
         none = self.client.get("/dashboard/", {"find": "nothing here"})
         assert "No project or organization name" in none.content.decode()
         assert self.client.get("/dashboard/", {"find": "a\x00"}).status_code == 400
+
+
+class UserPageTestCase(OperatorPowersBase):
+    """Issue #50 (part 3, item 6): the operator opens the user's own page, after a confirmation,
+    and what they change there is recorded under their name, not the user's."""
+
+    def test_the_operator_opens_the_users_page_and_acts_under_their_own_name(self) -> None:
+        url = f"{self.base}users/page/?user_id=alice"
+        self.client.force_login(self.reader)
+        assert self.client.get(url).status_code == 403
+        self.client.force_login(self.owner)
+        listed = self.client.get(f"{self.base}memories/?user_id=alice").content.decode()
+        assert f"{self.base}users/page/?user_id=alice" in listed
+        confirm = self.client.get(url)
+        assert confirm.status_code == 200 and b"recorded under your name" in confirm.content
+        opened = self.client.post(f"{self.base}users/page/", {"user_id": "alice"})
+        assert opened.status_code == 302 and opened["Location"].startswith("/me/")
+        page = self.client.get(opened["Location"])
+        content = page.content.decode()
+        assert "Opened by support staff <bdi>owen</bdi>" in content
+        assert "I drink green tea" in content and "I keep bees" not in content
+        token = opened["Location"].split("/")[2]
+        fixed = self.client.post(f"/me/{token}/m/{self.tea.pk}/correct/",
+                                 {"text": "I drink black tea"})  # fmt: skip
+        assert fixed.status_code == 302
+        with project_context(self.project.pk):
+            last = MemoryHistory.objects.filter(memory_id=self.tea.pk).latest("created_at")
+        assert (last.event, last.actor) == ("UPDATE", "user:owen")  # not "enduser:alice"
+        # The staff member undoes their own delete there; the user's own link may not.
+        self.client.post(f"/me/{token}/m/{self.oslo.pk}/delete/")
+        home = self.client.get(f"/me/{token}/").content.decode()
+        assert "Undo the delete" in home
+        mine, _ = links.mint(self.key, "alice", 3600)
+        theirs = self.client.get(f"/me/{mine}/").content.decode()
+        assert "support staff" in theirs and "Opened by" not in theirs
+        # Revoking the key that signed it ends the link.
+        with project_context(self.project.pk):
+            ApiKey.objects.filter(pk=self.key.pk).update(revoked_at=timezone.now())
+        assert self.client.get(f"/me/{token}/").status_code == 403
+
+    def test_without_an_active_key_it_asks_for_one(self) -> None:
+        with project_context(self.project.pk):
+            ApiKey.objects.filter(project=self.project).update(revoked_at=timezone.now())
+        self.client.force_login(self.owner)
+        answer = self.client.post(f"{self.base}users/page/", {"user_id": "alice"})
+        assert answer.status_code == 200 and b"create a key" in answer.content
+
+    @property
+    def key(self) -> ApiKey:
+        found = ApiKey.objects.filter(project=self.project, revoked_at__isnull=True).first()
+        assert found is not None
+        return found
