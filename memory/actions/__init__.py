@@ -71,6 +71,7 @@ from memory.actions.erasure import (
 from memory.actions.events import (
     GraphAssertion,
     GraphOutcome,
+    do_cancel_queued_adds,
     do_queue_add,
     do_record_graph,
     schedule_summary_refresh,
@@ -130,6 +131,7 @@ __all__ = [
     "do_add_messages",
     "do_batch_delete",
     "do_batch_update",
+    "do_cancel_queued_adds",
     "do_claim_idempotency_key",
     "do_count_rerank",
     "do_create_export",

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from memory import graph, jobs
-from memory.models import MemoryEvent
+from memory.models import DELETED_BEFORE_PROCESSING, SCOPE_FIELDS, MemoryEvent
 from tenants.db import project_context
 from tenants.models import Project
 
@@ -29,6 +31,36 @@ def do_queue_add(project: Project, payload: dict[str, Any]) -> MemoryEvent:
         # event is stored PENDING and the sweeper (sweep_events) sends it again.
         transaction.on_commit(lambda: jobs.PROCESS_EVENT.send(*args), robust=True)
     return event
+
+
+def do_cancel_queued_adds(project_id: uuid.UUID, ids: Mapping[str, str]) -> int:
+    """The add requests not yet processed (PENDING, or RUNNING: the worker then finds its claim
+    gone and applies nothing) whose memories a delete of these scope ids would delete (each
+    named equal; "*": set to anything), ended as SUCCEEDED with nothing kept and the
+    DELETED_BEFORE_PROCESSING warning: a delete covers the messages sent before it, even those
+    the worker has not read yet. Call it in the delete's transaction, before the delete (a
+    worker applying one of them holds its row: the delete then waits, and sees what it
+    wrote). Returns how many."""
+    named = {f: v for f, v in ids.items() if f in SCOPE_FIELDS and v}
+    if not named:
+        return 0
+    match = Q()
+    for field, value in named.items():
+        match &= Q(**{f"{field}__isnull": False}) if value == "*" else Q(**{field: value})
+    now = timezone.now()
+    with project_context(project_id):
+        return MemoryEvent.objects.filter(
+            match,
+            project_id=project_id,
+            status__in=[MemoryEvent.Status.PENDING, MemoryEvent.Status.RUNNING],
+            created_at__lte=now,
+        ).update(
+            status=MemoryEvent.Status.SUCCEEDED,
+            results=[],
+            warning=DELETED_BEFORE_PROCESSING,
+            claim_id=None,
+            completed_at=now,
+        )
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,7 @@ def delete_entity(request: Request, entity_type: str, name: str) -> Response:
                 project, name, actor=actor(request)
             )
         else:
+            actions.do_cancel_queued_adds(project, {field: name})
             count = actions.do_delete_memories(
                 queries.memories(project).filter(**{field: name}), actor=actor(request)
             )

@@ -218,6 +218,8 @@ def delete_all(request: Request) -> Response:
             "Name what to delete: user_id, agent_id, app_id, run_id or filters ('*' for any)."
         )
     with tenant(request) as project:
+        if not filters:  # an add request's pending messages are matched by its scope ids only
+            actions.do_cancel_queued_adds(project, ids)
         count = actions.do_delete_memories(
             queries.memories(project).filter(query), actor=actor(request)
         )

@@ -399,6 +399,8 @@ def delete_scopes(scopes: list[dict[str, Any]]) -> list[int]:
             "Name what to delete: user_id, agent_id, app_id or run_id."
         )
     with tenant(request) as project:
+        for ids in named:  # the add requests not processed yet first (see the action)
+            actions.do_cancel_queued_adds(project, ids)
         counts = [
             actions.do_delete_memories(
                 queries.memories(project).filter(Q(**ids)), actor=actor(request)

@@ -272,6 +272,11 @@ NOTHING_KEPT_OFFLINE = (
     "user\"; assistant and system messages are read only in an agent's own scope. Configure a "
     "model, or add with infer=false to store the messages as they are"
 )
+# The warning of an add request its scope's memories were deleted before it was processed.
+DELETED_BEFORE_PROCESSING = (
+    "nothing was kept: the memories of this request's scope were deleted before it was "
+    "processed, and a delete covers the messages sent before it"
+)
 
 
 class MemoryEvent(Scoped):
@@ -553,6 +558,7 @@ from memory.models.embedding import EmbeddingSpace  # noqa: E402
 from memory.models.profiles import ProfileJob, ProfileSettings, UserProfile  # noqa: E402
 
 __all__ = [
+    "DELETED_BEFORE_PROCESSING",
     "NOTHING_EXTRACTED",
     "NOTHING_KEPT",
     "NOTHING_KEPT_OFFLINE",

@@ -25,7 +25,7 @@ from mcp.types import CallToolResult
 
 from audit.models import AccessLog
 from config import deadlines
-from memory.models import Memory, MemoryEvent
+from memory.models import DELETED_BEFORE_PROCESSING, Memory, MemoryEvent
 from memory.search import DEFAULT_THRESHOLD
 from tenants.actions import NewApiKey
 from tenants.db import project_context
@@ -184,6 +184,11 @@ def test_it_queues_an_inferred_add_and_reports_its_event(live_api: str, acme: Ne
     )
     with project_context(acme.key.project_id):
         assert MemoryEvent.objects.get(pk=event_id).user_id == "alice"
+    # Deleting the scope covers the request not processed yet (issue #50).
+    call(live_api, acme, "delete_all_memories", user_id="alice")
+    with project_context(acme.key.project_id):
+        ended = MemoryEvent.objects.get(pk=event_id)
+    assert (ended.status, ended.warning) == ("SUCCEEDED", DELETED_BEFORE_PROCESSING)
 
 
 def test_it_refuses_a_missing_or_bad_key(live_api: str, acme: NewApiKey) -> None:
