@@ -45,8 +45,8 @@ def do_cancel_queued_adds(project_id: uuid.UUID, ids: Mapping[str, str]) -> int:
     if not named:
         return 0
     match = Q()
-    for field, value in named.items():
-        match &= Q(**{f"{field}__isnull": False}) if value == "*" else Q(**{field: value})
+    for name, value in named.items():
+        match &= Q(**{f"{name}__isnull": False}) if value == "*" else Q(**{name: value})
     now = timezone.now()
     with project_context(project_id):
         return MemoryEvent.objects.filter(
