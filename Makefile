@@ -80,7 +80,7 @@ test: venv db model model-mpnet model-e5 browser node-client
 	@$(WITH_ENV) $(BIN)/pytest
 
 # The agent frameworks' own Mem0 integrations (tests/compat/<name>/, each pinned, each in a
-# throw-away environment of its own under .local/compat/) against a live server and worker.
+# throw-away environment of its own under ~/.cache/engram/compat/) against a live server and worker.
 compat: venv db model
 	@bash scripts/install-compat.sh
 	@mkdir -p .local/static

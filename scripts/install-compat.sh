@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install each framework of the compatibility suite (tests/compat/<name>/) in a throw-away
-# environment of its own: a Python one in .local/compat/<name>/, its requirements.txt (the
+# environment of its own: a Python one in ~/.cache/engram/compat/<name>/ (outside the checkout, so
+# no tool that reads the project's files reads 2.8 GB of frameworks), its requirements.txt (the
 # integration, pinned) under its constraints.txt (pip freeze of a working install), so every run
 # installs the same versions; a JavaScript one (package-lock.json) with `npm ci` into the
 # folder's node_modules. Idempotent: a stamp in each environment holds the sha256 of both files, and a
@@ -38,7 +39,7 @@ for name in "${names[@]}"; do
         echo "${want}" > "${stamp}"
         continue
     fi
-    env="${ROOT}/.local/compat/${name}"
+    env="${HOME}/.cache/engram/compat/${name}"
     stamp="${env}/.engram-compat-sha256"
     want="$(cat "${src}/requirements.txt" "${src}/constraints.txt" | sha256sum | cut -d' ' -f1)"
     if [ -f "${stamp}" ] && [ "$(cat "${stamp}")" = "${want}" ] && [ -x "${env}/bin/python" ]; then

@@ -26,7 +26,8 @@ from tests.factory import make_key
 from tests.memory.test_events import start_worker, stop
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+# Where scripts/install-compat.sh puts each Python framework's environment.
+COMPAT_ENVS = Path.home() / ".cache" / "engram" / "compat"
 FRAMEWORKS = sorted(
     d.name for d in HERE.iterdir() if (d / "driver.py").is_file() or (d / "driver.mjs").is_file()
 )
@@ -89,7 +90,7 @@ def run_driver(framework: str, host: str, api_key: str, run: str, home: Path) ->
         assert node and installed.is_file(), f"{framework} is not installed: run `make compat`"
         command = [node, str(folder / "driver.mjs")]
     else:
-        python = ROOT / ".local" / "compat" / framework / "bin" / "python"
+        python = COMPAT_ENVS / framework / "bin" / "python"
         assert python.is_file(), f"{framework} is not installed: run `make compat`"
         command = [str(python), str(folder / "driver.py")]
     env = {

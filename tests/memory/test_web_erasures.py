@@ -4,8 +4,6 @@ and admins only."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from django.contrib.auth.models import User
 from django.test import TestCase
 from django.utils import timezone
@@ -14,22 +12,12 @@ from audit.models import ErasureRequest
 from memory.models import Memory, MemoryHistory
 from tenants import links
 from tenants.db import project_context
-from tenants.models import ApiKey, Project
+from tenants.models import ApiKey
 from tests.factory import add_texts, make_key
-from tests.memory.test_web_memories import person
+from tests.memory.test_web_memories import TeamTestCase
 
 
-class OperatorPowersBase(TestCase):
-    project: ClassVar[Project]
-    owner: ClassVar[User]
-    reader: ClassVar[User]
-
-    @classmethod
-    def setUpTestData(cls) -> None:
-        cls.project = make_key("acme", "main").key.project
-        cls.owner = person("owen", cls.project.organization, "owner")
-        cls.reader = person("rita", cls.project.organization, "reader")
-
+class OperatorPowersBase(TeamTestCase):
     def setUp(self) -> None:
         with project_context(self.project.pk):
             self.tea, self.oslo = add_texts(

@@ -36,6 +36,20 @@ def person(name: str, org: Organization | None = None, role: str = "owner", **ex
     return user
 
 
+class TeamTestCase(TestCase):
+    """A project (acme/main) with an owner (owen) and a reader (rita)."""
+
+    project: ClassVar[Project]
+    owner: ClassVar[User]
+    reader: ClassVar[User]
+
+    @classmethod
+    def setUpTestData(cls) -> None:
+        cls.project = make_key("acme", "main").key.project
+        cls.owner = person("owen", cls.project.organization, "owner")
+        cls.reader = person("rita", cls.project.organization, "reader")
+
+
 class WebViewsTestCase(TestCase):
     """Olive is a member of acme (projects main and staging); globex is not hers."""
 

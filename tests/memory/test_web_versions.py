@@ -4,10 +4,10 @@ word-level differences, what caused each, and restoring an earlier one as a new 
 from __future__ import annotations
 
 import uuid
-from typing import Any, ClassVar
+from typing import Any
 
 from django.contrib.auth.models import User
-from django.test import TestCase, override_settings
+from django.test import override_settings
 
 from memory import actions, graph
 from memory.extraction.llm.offline import OfflineExtractor
@@ -15,24 +15,13 @@ from memory.extraction.pipeline import process_event
 from memory.models import Memory, MemoryEvent, MemoryHistory, ProfileSettings
 from memory.web.versions import Piece, versions, word_diff
 from tenants.db import project_context
-from tenants.models import Project
-from tests.factory import add_texts, make_key
-from tests.memory.test_web_memories import person
+from tests.factory import add_texts
+from tests.memory.test_web_memories import TeamTestCase
 
 SCOPE = {"user_id": "alice", "agent_id": None, "app_id": None, "run_id": None}
 
 
-class VersionsTestCase(TestCase):
-    project: ClassVar[Project]
-    owner: ClassVar[User]
-    reader: ClassVar[User]
-
-    @classmethod
-    def setUpTestData(cls) -> None:
-        cls.project = make_key("acme", "main").key.project
-        cls.owner = person("owen", cls.project.organization, "owner")
-        cls.reader = person("rita", cls.project.organization, "reader")
-
+class VersionsTestCase(TeamTestCase):
     def said(self, text: str) -> MemoryEvent:
         with project_context(self.project.pk):
             payload = {"messages": [{"role": "user", "content": text}], "scope": SCOPE}
@@ -229,17 +218,9 @@ class DashboardLabelsTestCase(VersionsTestCase):
         assert '<ol class="messages-list">' in page and 'start="0"' not in page
 
 
-class GraphThroughEditsTestCase(TestCase):
+class GraphThroughEditsTestCase(TeamTestCase):
     """Issue #50 (part 3, item 2): an edit names the graph facts it ends, the memory page lists
     them, and making the old text current again brings them back."""
-
-    project: ClassVar[Project]
-    owner: ClassVar[User]
-
-    @classmethod
-    def setUpTestData(cls) -> None:
-        cls.project = make_key("acme", "main").key.project
-        cls.owner = person("owen", cls.project.organization, "owner")
 
     def test_edit_warns_with_the_facts_and_restoring_the_version_brings_them_back(self) -> None:
         [memory] = add_texts(self.project, ["Alice lives in Berlin"], user_id="alice")
