@@ -298,10 +298,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "EventStatusEnum": "memory.models.MemoryEvent.Status",
-        "GraphStatusEnum": "memory.api.responses.GRAPH_STATUS",
+        "GraphStatusEnum": "memory.api.add_responses.GRAPH_STATUS",
         "HistoryEventEnum": "memory.models.MemoryHistory.Event",
         "RevertedEventEnum": "memory.api.responses.REVERTED_EVENTS",
-        "ResultEventEnum": "memory.api.responses.RESULT_EVENTS",
+        "ResultEventEnum": "memory.api.add_responses.RESULT_EVENTS",
     },
 }
 

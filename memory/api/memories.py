@@ -16,6 +16,7 @@ from rest_framework.response import Response
 
 from audit.access import note_access
 from memory import actions, queries
+from memory.api import add_responses as ar
 from memory.api import processed
 from memory.api import responses as r
 from memory.api import serializers as s
@@ -39,8 +40,8 @@ LIST_FLAGS = ("show_expired", "latest_only", "include_merged", "output_format")
 
 @extend_schema(
     request=s.AddSerializer,
-    responses=r.answers({200: r.ADD}, body=True, embeds=True, errors={409: r.KEY_REUSED})
-    | r.SYNCHRONOUS_ADD,
+    responses=r.answers({200: ar.ADD}, body=True, embeds=True, errors={409: r.KEY_REUSED})
+    | ar.SYNCHRONOUS_ADD,
     parameters=[r.IDEMPOTENCY_KEY, r.RETRY_AFTER],
     summary="Add memories (infer=false: stored at once; true: queued)",
 )
@@ -174,8 +175,8 @@ def list_v2(request: Request) -> Response:
 @extend_schema(
     methods=["POST"],
     request=s.AddSerializer,
-    responses=r.answers({200: r.ADD_V1}, body=True, embeds=True, errors={409: r.KEY_REUSED})
-    | r.SYNCHRONOUS_ADD,
+    responses=r.answers({200: ar.ADD_V1}, body=True, embeds=True, errors={409: r.KEY_REUSED})
+    | ar.SYNCHRONOUS_ADD,
     parameters=[r.IDEMPOTENCY_KEY, r.RETRY_AFTER],
     operation_id="v1_memories_add",
     summary="Add memories (v1)",
