@@ -14,10 +14,18 @@ from typing import Any
 
 from gunicorn.glogging import Logger  # type: ignore[import-untyped]
 
+from config.probes import PROBE_PATHS
 from config.redaction import RedactingFormatter
 
 
 class RedactingLogger(Logger):  # type: ignore[misc]
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+        """Every request's line, but the health probes' (an orchestrator asks every few
+        seconds: memory.health logs their changes instead)."""
+        if environ.get("PATH_INFO") in PROBE_PATHS:
+            return
+        super().access(resp, req, environ, request_time)
+
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
         for log in (self.error_log, self.access_log):

@@ -89,6 +89,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /livez and /readyz, before host validation and everything that logs or refuses.
+    "memory.health.HealthMiddleware",
     "config.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "config.middleware.ContentSecurityPolicyMiddleware",
@@ -556,6 +558,8 @@ ENGRAM_WORKER_MAX_TASKS = env_int("ENGRAM_WORKER_MAX_TASKS", 2_000, minimum=0)
 # A worker process that has not reported for this many seconds is dead to the broker: the
 # messages it held go back to their queue (dramatiq-postgres's reaper; reports every quarter).
 ENGRAM_WORKER_HEARTBEAT_SECONDS = env_int("ENGRAM_WORKER_HEARTBEAT_SECONDS", 60, minimum=4)
+# The readiness probe's database check (memory/health.py): its statement's deadline.
+ENGRAM_READY_TIMEOUT_MS = env_int("ENGRAM_READY_TIMEOUT_MS", 1000, minimum=1)
 
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -1,5 +1,6 @@
 """`visible_controls`: a user's text with its invisible direction and zero-width characters
-shown, as code review tools show them.
+shown, as code review tools show them (`named_controls`: the same in plain text, for an
+attribute).
 
 A right-to-left override (U+202E) in a memory or an id makes what follows it read reversed;
 <bdi> keeps it from reordering the page around it, but not from reversing the text itself, so
@@ -59,3 +60,11 @@ def visible_controls(value: object) -> SafeString:
             format_html('<span class="control-char" title="{} {}">⟪{}⟫</span>', code, name, short)
         )
     return mark_safe("".join(parts))  # noqa: S308 - each part escaped or built by format_html
+
+
+@register.filter
+def named_controls(value: object) -> str:
+    """`value` with each invisible control character (CONTROLS) named in plain text (`⟪RLO⟫`),
+    for an attribute (a tooltip), where no markup can mark it; escaped by the template."""
+    text = "" if value is None else str(value)
+    return "".join(f"⟪{CONTROLS[c]}⟫" if c in CONTROLS else c for c in text)

@@ -3,8 +3,9 @@
 Every import counts, those inside functions too: an import inside a function runs later, but it
 is the same dependency. The layers, top to bottom (docs/architecture.md):
 
-    entry points   memory.api, memory.mcp, memory.web, admin, management commands, and the
-                   worker's memory.extraction (it reads through queries, writes through actions)
+    entry points   memory.api, memory.mcp, memory.web, memory.health, admin, management
+                   commands, and the worker's memory.extraction (it reads through queries,
+                   writes through actions)
     use cases      memory.search (reads that rank), memory.queries (reads), memory.actions (writes)
     domain         memory.graph, memory.retrieval
     jobs           memory.jobs (a job sent by name: actions need no worker code)
@@ -22,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tenants", "audit", "config", "memory", "webhooks")
-ENTRY_POINTS = ("memory.api", "memory.mcp", "memory.web")
+ENTRY_POINTS = ("memory.api", "memory.mcp", "memory.web", "memory.health")
 USE_CASES = ("memory.search", "memory.queries", "memory.actions")
 DOMAIN = ("memory.extraction", "memory.graph", "memory.retrieval")
 LOW = ("memory.jobs", "memory.models")
