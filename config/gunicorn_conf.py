@@ -33,6 +33,10 @@ worker_class = (
 # A worker process is replaced after this many requests (plus up to a tenth more, at random,
 # so the workers are not all replaced at once): a backstop against memory a long-lived process
 # gathers. 0: never.
+# SIGTERM: stop accepting, let the requests in flight finish (each is bounded by the request
+# budget, ENGRAM_API_REQUEST_BUDGET_MS), then stop; a worker still busy after this is killed.
+# Below the supervisor's stopwaitsecs (30) and the compose file's stop_grace_period.
+graceful_timeout = env_int("ENGRAM_WEB_GRACEFUL_SECONDS", 20, minimum=1)
 max_requests = env_int("ENGRAM_WEB_MAX_REQUESTS", 10_000, minimum=0)
 max_requests_jitter = max_requests // 10
 

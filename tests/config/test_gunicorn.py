@@ -100,6 +100,13 @@ def gunicorn_server(log: Path, **settings: str) -> Iterator[int]:
     """gunicorn with the project's config on a free loopback port and the test database, one
     worker process, `settings` in its environment and its output in `log`; yields the port once
     it answers."""
+    with gunicorn_process(log, **settings) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def gunicorn_process(log: Path, **settings: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """gunicorn_server's server: its port, and its master process."""
     db = connections["default"].settings_dict
     url = f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     port = free_port()
@@ -119,7 +126,7 @@ def gunicorn_server(log: Path, **settings: str) -> Iterator[int]:
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        yield port
+        yield port, process
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
