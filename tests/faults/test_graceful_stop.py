@@ -22,7 +22,7 @@ import httpx
 from tests.config.test_gunicorn import exchange, gunicorn_process, http_request
 from tests.factory import make_key
 from tests.fake_anthropic import FakeClaude, Reply
-from tests.faults.test_worker_faults import PETS, Scene, pet_model, start_worker
+from tests.faults.test_worker_faults import PETS, Scene, facts_asked, pet_model, start_worker
 from tests.memory.test_events import stop, wait_for
 
 
@@ -77,11 +77,7 @@ def test_sigterm_to_the_worker_finishes_its_events_and_requeues_the_rest(
             first = start_worker(tmp_path / "first.log", fake_claude)
             processes.append(first)
 
-            def facts_asked() -> int:
-                calls = [r["body"]["tool_choice"]["name"] for r in fake_claude.requests]
-                return calls.count("record_facts")
-
-            assert wait_for(lambda: facts_asked() == 2, seconds=60), (
+            assert wait_for(lambda: facts_asked(fake_claude) == 2, seconds=60), (
                 tmp_path / "first.log"
             ).read_text()
             stopped = time.monotonic()
@@ -92,7 +88,7 @@ def test_sigterm_to_the_worker_finishes_its_events_and_requeues_the_rest(
             finished = {pet for pet, event in rows.items() if event.status == "SUCCEEDED"}
             assert len(finished) == 2, {p: e.status for p, e in rows.items()}  # not cut off
             assert {e.status for p, e in rows.items() if p not in finished} == {"PENDING"}
-            assert facts_asked() == 2  # the worker started nothing after the signal
+            assert facts_asked(fake_claude) == 2  # the worker started nothing after the signal
 
             with fake_claude.lock:
                 fake_claude.replies[:] = [Reply(respond=pet_model, repeat=True)]

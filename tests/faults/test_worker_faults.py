@@ -101,6 +101,12 @@ def pet_model(body: dict[str, Any]) -> dict[str, Any]:
     return {"facts": [{"text": f"User has a {pet}", "confidence": 1, "positions": [0]}]}
 
 
+def facts_asked(fake: FakeClaude) -> int:
+    """How many fact extraction calls the fake model has been asked."""
+    calls = [r["body"]["tool_choice"]["name"] for r in fake.requests]
+    return calls.count("record_facts")
+
+
 class Scene:
     """One project, one add request per pet (each for its own user), and what became of them."""
 
@@ -193,11 +199,7 @@ def test_every_event_completes_once_after_a_killed_worker_and_a_lost_queue(
                              ENGRAM_LLM_MAX_RETRIES="0", ENGRAM_LLM_TIMEOUT="60")  # fmt: skip
         processes.append(first)
 
-        def facts_asked() -> int:
-            calls = [r["body"]["tool_choice"]["name"] for r in fake_claude.requests]
-            return calls.count("record_facts")
-
-        assert wait_for(lambda: facts_asked() == 2, seconds=60), (
+        assert wait_for(lambda: facts_asked(fake_claude) == 2, seconds=60), (
             tmp_path / "first.log"
         ).read_text()
         stop(first, signal.SIGKILL)  # the worker and its forked process, mid-event
@@ -234,7 +236,7 @@ def test_every_event_completes_once_after_a_killed_worker_and_a_lost_queue(
     assert resent(tmp_path / "sweeper.log") == len(PETS)
     assert queued(list(scene.events.values())) == []
     # Two calls cut off by the kill, then one per event.
-    assert facts_asked() == 2 + len(PETS)
+    assert facts_asked(fake_claude) == 2 + len(PETS)
     scene.clear_queue()
 
 
