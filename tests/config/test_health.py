@@ -24,13 +24,18 @@ pytestmark = pytest.mark.django_db
 POD = "10.1.2.3:8000"  # a kubelet probes the pod's address, not a known host
 
 
+def no_workers() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM dramatiq.worker")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_state() -> Any:
     health._migrated, health._last_ready = False, None
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM dramatiq.worker")
+    no_workers()
     yield
     health._migrated, health._last_ready = False, None
+    no_workers()  # a committed test's rows outlive it (the broker's table is not flushed)
 
 
 def heartbeat(seconds_ago: float) -> None:
@@ -122,7 +127,10 @@ def pod_request(path: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: {POD}\r\nConnection: close\r\n\r\n".encode()
 
 
-def test_behind_gunicorn_the_probes_answer_and_leave_no_access_line(tmp_path: Path) -> None:
+def test_behind_gunicorn_the_probes_answer_and_leave_no_access_line(
+    committed_db: None, tmp_path: Path
+) -> None:
+    # Committed: gunicorn's own access-log rows (its unauthenticated pings) are flushed after.
     log = tmp_path / "gunicorn.log"
     heartbeat(1)
     with gunicorn_server(log, ENGRAM_LOG_LEVEL="INFO") as port:
