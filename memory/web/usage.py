@@ -144,6 +144,7 @@ def usage(request: HttpRequest, dash: Dashboard) -> HttpResponse:
         "endpoints": queries.calls_per_endpoint(project, since=since),
         "days": days,
         "days_unpriced": any(day["unpriced"] for day in days),
+        "days_cost": sum(day["cost"] for day in days),  # extraction's: the reranker is apart
         "totals": {key: sum(day[key] for day in days) for key in USAGE_KEYS},
         "costs": costs,
         "total_cost": sum(priced) if priced else None,

@@ -88,10 +88,14 @@ class UsagePageTestCase(OperationsTestCase):
         today, yesterday = page.context["days"]
         assert (today["cost"], today["unpriced"]) == (pytest.approx(2.05), True)
         assert (yesterday["cost"], yesterday["unpriced"]) == (0, False)
+        # The days' total is theirs (extraction), the reranker's cost is in the model table.
+        assert page.context["days_cost"] == pytest.approx(2.05)
         content = page.content.decode()
         costs = re.search(r'id="cost-title".*?</table>', content, re.DOTALL)
         assert costs is not None and "2.0500" in costs[0] and "no price set" in costs[0]
         assert "2.1500" in costs[0]  # the total of the priced models
+        days = re.search(r'id="usage-title".*?</table>', content, re.DOTALL)
+        assert days is not None and "2.1500" not in days[0] and "2.0500" in days[0]
 
     def test_users_with_equal_tokens_come_most_requests_first(self) -> None:
         # The offline extractor spends no token: the users who asked most come first.
