@@ -1,7 +1,7 @@
 """The health probes (issue #51, part 2; memory/health.py): /livez answers without the database,
 /readyz checks the database under its deadline, the migrations, the embedding model and the
-worker's heartbeat, unauthenticated, from any Host, without a log line per call; behind a real
-gunicorn too (its access log skips them)."""
+worker's heartbeat (a real worker's too), unauthenticated, from any Host, without a log line per
+call; behind a real gunicorn too (its access log skips them)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from django.test import Client, override_settings
 from memory import health
 from memory.text import embeddings
 from tests.config.test_gunicorn import exchange, gunicorn_server, http_request
+from tests.memory.test_events import start_worker, stop, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -141,3 +142,17 @@ def test_behind_gunicorn_the_probes_answer_and_leave_no_access_line(
         assert exchange(port, http_request("/v1/ping/"))[0] == 401  # no key: an access line
     lines = log.read_text()
     assert '"GET /v1/ping/"' in lines and "/livez" not in lines and "/readyz" not in lines
+
+
+@override_settings(ENGRAM_WORKER_HEARTBEAT_SECONDS=4)
+def test_a_real_worker_makes_it_ready_and_its_stop_makes_it_not(committed_db: None) -> None:
+    # The heartbeat rows a real `dramatiq config.worker` writes, idle (every second here).
+    worker = start_worker(ENGRAM_WORKER_HEARTBEAT_SECONDS="4")
+    try:
+        assert wait_for(lambda: probe("/readyz")[0] == 200, seconds=60), probe("/readyz")
+        checks = probe("/readyz")[1]["checks"]["worker"]
+        assert checks["workers"] >= 1 and checks["last_heartbeat_seconds"] < 4
+    finally:
+        stop(worker)
+    assert wait_for(lambda: probe("/readyz")[0] == 503, seconds=30)
+    assert probe("/readyz")[1]["detail"] == "Not ready: worker."
