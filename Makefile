@@ -10,7 +10,7 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model model-mpnet model-e5 db migrate run stop test compat lint format browser node-client docs
+.PHONY: help install venv postgres model model-mpnet model-e5 db migrate run stop test compat lint format browser node-client promtool docs
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
@@ -63,6 +63,11 @@ browser:
 node-client:
 	@bash scripts/install-node-client.sh
 
+# promtool (Debian's prometheus package): the suite checks docs/monitoring/'s alert rules and
+# dashboard queries with it (tests/config/test_monitoring.py). No Prometheus server runs.
+promtool:
+	@bash scripts/install-promtool.sh
+
 db: postgres
 	@bash scripts/pg.sh start
 
@@ -75,7 +80,7 @@ run: migrate model
 stop:
 	@bash scripts/run.sh stop
 
-test: venv db model model-mpnet model-e5 browser node-client
+test: venv db model model-mpnet model-e5 browser node-client promtool
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 

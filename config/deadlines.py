@@ -37,6 +37,11 @@ def session_options(base: str, deadlines: Mapping[str, int], idle_ms: int) -> st
     return " ".join([base, *(f"-c {name}={int(ms)}" for name, ms in settings.items())])
 
 
+def kind() -> Kind:
+    """The deadlines this process's sessions open with (its kind of process)."""
+    return _kind
+
+
 def use(kind: Kind) -> None:
     """Open this process's later database sessions with `kind`'s deadlines; sessions already
     open are closed (they would keep the deadlines they were opened with)."""

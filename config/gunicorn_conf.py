@@ -6,9 +6,23 @@ values come from the environment through config.env, like the Django settings.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 from config.env import env_int
 
 wsgi_app = "config.wsgi:application"
+
+# Metrics (config/metrics.py): every worker process counts into one directory, which /metrics
+# sums, so a scrape sees the whole server whichever worker answers it. Without
+# ENGRAM_METRICS_DIR the server gets a fresh one of its own, removed when it stops; one that is
+# set (scripts/run.sh's, shared with the workers of the host) is the operator's to empty
+# before the processes start.
+_own_metrics_dir = None
+if not os.environ.get("ENGRAM_METRICS_DIR") and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _own_metrics_dir = tempfile.mkdtemp(prefix="engram-metrics-")
+    os.environ["ENGRAM_METRICS_DIR"] = _own_metrics_dir
 
 # One process per core: embedding and search are CPU-bound (bench/). Four threads each, so that
 # a tenant's slow requests (a statement waiting on a lock, a large scope), of which a key may
@@ -71,3 +85,8 @@ def post_worker_init(worker: object) -> None:
     embed_one("warm up")
     embed_query("warm up")
     gc.freeze()
+
+
+def on_exit(server: object) -> None:
+    if _own_metrics_dir:
+        shutil.rmtree(_own_metrics_dir, ignore_errors=True)

@@ -91,6 +91,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # /livez and /readyz, before host validation and everything that logs or refuses.
     "memory.health.HealthMiddleware",
+    # GET /metrics (with its token), and every other request timed by route and status.
+    "memory.exposition.MetricsMiddleware",
     "config.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "config.middleware.ContentSecurityPolicyMiddleware",
@@ -560,6 +562,14 @@ ENGRAM_WORKER_MAX_TASKS = env_int("ENGRAM_WORKER_MAX_TASKS", 2_000, minimum=0)
 ENGRAM_WORKER_HEARTBEAT_SECONDS = env_int("ENGRAM_WORKER_HEARTBEAT_SECONDS", 60, minimum=4)
 # The readiness probe's database check (memory/health.py): its statement's deadline.
 ENGRAM_READY_TIMEOUT_MS = env_int("ENGRAM_READY_TIMEOUT_MS", 1000, minimum=1)
+# Prometheus metrics (config/metrics.py, memory/exposition.py): GET /metrics on the web server
+# answers a request that carries this token (Authorization: Bearer …); without one it is off
+# there. ENGRAM_METRICS_BIND (host:port) also serves them from the worker on an address of its
+# own (tokenless unless the token is set). Neither ever exposes tenant data.
+ENGRAM_METRICS_TOKEN = env_secret("ENGRAM_METRICS_TOKEN")
+if ENGRAM_METRICS_TOKEN is not None and len(ENGRAM_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("ENGRAM_METRICS_TOKEN must be at least 16 characters.")
+ENGRAM_METRICS_BIND = env_optional("ENGRAM_METRICS_BIND")
 
 # --- Logging -------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("ENGRAM_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -15,11 +15,14 @@ import os
 import random
 import signal
 import threading
+import time
 from typing import Any
 
 import django
 import dramatiq
 from dramatiq.broker import MessageProxy
+
+from config import metrics
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
@@ -62,6 +65,47 @@ class RecycleAfter(dramatiq.Middleware):
         os.kill(os.getppid(), signal.SIGHUP)
 
 
+class Metrics(dramatiq.Middleware):
+    """Time each message by actor and outcome (config.metrics JOBS); with ENGRAM_METRICS_BIND,
+    fork the metrics listener (config.metrics_server), once, from the dramatiq command's
+    master process."""
+
+    def __init__(self, listen: bool) -> None:
+        self.listen = listen
+        self.started: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    @property
+    def forks(self) -> list[Any]:
+        from config.metrics_server import serve
+
+        return [serve] if self.listen else []
+
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        with self.lock:
+            self.started[message.message_id] = time.perf_counter()
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        with self.lock:
+            started = self.started.pop(message.message_id, None)
+        if started is not None:
+            outcome = "done" if exception is None else "error"
+            metrics.JOBS.labels(actor=message.actor_name, outcome=outcome).observe(
+                time.perf_counter() - started
+            )
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        with self.lock:
+            self.started.pop(message.message_id, None)
+
+
 def recycle_after(limit: int) -> None:
     """Restart the workers after `limit` messages (0: never), plus up to a tenth more at
     random, so that several processes do not all ask at once."""
@@ -74,3 +118,4 @@ def recycle_after(limit: int) -> None:
 from django.conf import settings  # noqa: E402 - after django.setup()
 
 recycle_after(settings.ENGRAM_WORKER_MAX_TASKS)
+dramatiq.get_broker().add_middleware(Metrics(listen=bool(settings.ENGRAM_METRICS_BIND)))

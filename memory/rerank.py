@@ -36,6 +36,7 @@ import openai
 from anthropic.types import ToolParam
 from django.conf import settings
 
+from config import metrics
 from config.outbound import deadline_client
 from memory.extraction.llm.claude import ClaudeExtractor
 from memory.extraction.llm.model import ModelExtractor
@@ -128,6 +129,9 @@ def rerank(query: str, documents: Sequence[str]) -> Reordered | None:
     except (httpx.HTTPError, anthropic.APIError, openai.APIError) as exc:
         outcome, usage = f"failed: {type(exc).__name__}: {exc}", Usage(1)
     ms = round((time.perf_counter() - started) * 1000, 3)
+    metrics.RERANKS.labels(
+        reranker=settings.ENGRAM_RERANK, outcome="reranked" if outcome == "reranked" else "failed"
+    ).inc()
     counts = {"reranker": settings.ENGRAM_RERANK, **_counted(usage), "ms": ms, "outcome": outcome}
     if outcome != "reranked":
         logger.warning("rerank %s; the fused order stands", outcome, extra=counts)

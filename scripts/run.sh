@@ -9,6 +9,7 @@ LOCAL="$ROOT/.local"
 PORT="${ENGRAM_PORT:-8000}"
 BIN="$ROOT/.venv/bin"
 KEY_FILE="$LOCAL/demo_api_key"
+METRICS_TOKEN_FILE="$LOCAL/metrics_token"
 PIDS="$LOCAL/run.pids"
 
 stop() {
@@ -46,6 +47,13 @@ mint_key() {
 }
 [ -s "$KEY_FILE" ] || mint_key
 
+# Metrics: every process of this host counts into one directory, emptied before they start
+# (config/metrics.py); the web server's /metrics serves them all to the token kept in .local.
+[ -s "$METRICS_TOKEN_FILE" ] || (umask 077; "$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(24))' > "$METRICS_TOKEN_FILE")
+export ENGRAM_METRICS_DIR="$LOCAL/metrics"
+export ENGRAM_METRICS_TOKEN="${ENGRAM_METRICS_TOKEN:-$(cat "$METRICS_TOKEN_FILE")}"
+rm -rf "$ENGRAM_METRICS_DIR" && mkdir -p "$ENGRAM_METRICS_DIR"
+
 trap 'echo; echo "Stopping…"; stop; exit 0' INT TERM
 
 # The web server, the two workers (extraction and the rest; webhook deliveries on threads of
@@ -80,6 +88,7 @@ cat <<MSG
     API       http://127.0.0.1:$PORT/        (Mem0-compatible; try /v1/ping/)
     API docs  http://127.0.0.1:$PORT/api/docs/
     API key   $(cat "$KEY_FILE")
+    Metrics   http://127.0.0.1:$PORT/metrics   (Authorization: Bearer \$(cat .local/metrics_token))
     Dashboard http://127.0.0.1:$PORT/dashboard/   (first login:
               set -a; . .local/engram.env; set +a; .venv/bin/python manage.py createsuperuser)
 

@@ -31,6 +31,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
+from config import metrics
 from config.outbound import deadline_client
 from tenants.db import project_context
 from webhooks.addresses import UrlError, addresses
@@ -156,6 +157,7 @@ def _finish(delivery: Delivery, status: str, error: str, now: datetime) -> None:
     Delivery.objects.filter(pk=delivery.pk).update(
         status=status, last_error=error, completed_at=now, lease_until=None
     )
+    metrics.after_commit(metrics.WEBHOOK_DELIVERIES.labels(outcome=status.lower()).inc)
 
 
 def drop(claimed: Claimed, reason: str) -> None:
@@ -166,6 +168,7 @@ def drop(claimed: Claimed, reason: str) -> None:
             completed_at=timezone.now(),
             lease_until=None,
         )
+        metrics.after_commit(metrics.WEBHOOK_DELIVERIES.labels(outcome="dropped").inc)
 
 
 def post(claimed: Claimed, body: bytes) -> Outcome:
@@ -261,6 +264,8 @@ def record(claimed: Claimed, outcome: Outcome) -> float | None:
         webhook.save(
             update_fields=["consecutive_failures", "enabled", "disabled_at", "disabled_reason"]
         )
+        verdict = "delivered" if outcome.ok else "retrying" if delay is not None else "failed"
+        metrics.after_commit(metrics.WEBHOOK_DELIVERIES.labels(outcome=verdict).inc)
     return delay
 
 

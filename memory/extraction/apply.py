@@ -20,6 +20,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from config import metrics
 from memory import actions
 from memory.actions import Actor, NewMemory
 from memory.extraction.claims import LostClaimError, Run, held_by
@@ -105,6 +106,7 @@ def apply(
         rejected += plan.rejected
         event.graph = record_graph(event, run.scope, plan, stored, prepared.facts)
         event.status = MemoryEvent.Status.SUCCEEDED
+        metrics.count_event("succeeded", event.attempts)
         event.results = results
         event.extractor = run.extractor
         event.usage = run.usage.recorded()

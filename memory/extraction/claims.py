@@ -26,6 +26,7 @@ from django.db import DataError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from config import metrics
 from config.exceptions import switching_embeddings
 from memory.extraction.llm.types import Usage
 from memory.extraction.llm.waits import refused_for_good
@@ -167,6 +168,9 @@ def release(claimed: Claim, failure: Exception) -> MemoryEvent | None:
 def _finish(event: MemoryEvent, status: str, error: str) -> None:
     """End the current claim: PENDING again, or FAILED (in the caller's transaction)."""
     event.status, event.error = status, error[:5000]
+    metrics.count_event(
+        "failed" if status == MemoryEvent.Status.FAILED else "retried", event.attempts
+    )
     event.lease_until, event.claim_id = None, None
     if status == MemoryEvent.Status.FAILED:
         event.completed_at = timezone.now()

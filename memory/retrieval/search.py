@@ -50,6 +50,7 @@ from django.db.models.expressions import Col, RawSQL
 from django.db.models.lookups import Exact, In
 from django.db.models.sql.where import AND, OR, WhereNode
 
+from config import metrics
 from memory.models import (
     SCOPE_FIELDS,
     EntityVector,
@@ -247,6 +248,7 @@ class Ranked(list[ScoredMemory]):
     nothing can say how near it came."""
 
     best: float | None = None
+    exact: bool = False  # ranked by exact distance (else the planner's HNSW walk)
 
 
 def hybrid_search(
@@ -322,7 +324,8 @@ def hybrid_search(
         *candidate_params,
     )
     # On the read replica when one is configured and caught up, else the primary.
-    rows = fetch_all(sql, params)
+    with metrics.timed(metrics.SEARCH_STATEMENT, strategy="exact" if exact else "hnsw"):
+        rows = fetch_all(sql, params)
     # Fusion needs every candidate's signals; model instances are built for the winners only.
     # A raw message's conversation (across add requests), else the request it came in.
     scores = score_candidates(
@@ -345,6 +348,7 @@ def hybrid_search(
     ]
     relevant.sort(key=lambda pair: pair[1].score, reverse=True)
     ranked = Ranked(ScoredMemory(_memory(row), score) for row, score in relevant[:top_k])
+    ranked.exact = exact
     ranked.best = max((score.score for score in scores), default=None)
     return ranked
 

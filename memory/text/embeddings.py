@@ -33,6 +33,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, transaction
 
+from config import metrics
 from config.exceptions import RefusedError, ServiceUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -622,7 +623,12 @@ def in_process() -> bool:
 
 
 def embed(texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
-    return get_embedder().embed(texts, max_tokens)
+    with metrics.timed(metrics.EMBEDDING, kind="texts", embedder=_where()):
+        return get_embedder().embed(texts, max_tokens)
+
+
+def _where() -> str:
+    return "local" if in_process() else "hosted"
 
 
 def embed_words(words: Sequence[str]) -> Vectors:
@@ -651,10 +657,11 @@ def embed_query(*readings: str) -> list[float]:
     its query model (ENGRAM_QUERY_PRECISION); of several readings of the same question, the mean
     direction of theirs (a model run each, about 0.8 ms; one request to a hosted embedder)."""
     embedder = get_embedder()
-    if isinstance(embedder, OnnxSentenceModel):
-        vectors = np.array([embedder.embed_query(text) for text in readings])
-    else:
-        vectors = np.asarray(embed(readings), dtype=np.float32)
+    with metrics.timed(metrics.EMBEDDING, kind="query", embedder=_where()):
+        if isinstance(embedder, OnnxSentenceModel):
+            vectors = np.array([embedder.embed_query(text) for text in readings])
+        else:
+            vectors = np.asarray(get_embedder().embed(readings), dtype=np.float32)
     if len(readings) == 1:
         return [float(x) for x in vectors[0]]
     mean = vectors.mean(axis=0)

@@ -3,7 +3,8 @@
 Every import counts, those inside functions too: an import inside a function runs later, but it
 is the same dependency. The layers, top to bottom (docs/architecture.md):
 
-    entry points   memory.api, memory.mcp, memory.web, memory.health, admin, management
+    entry points   memory.api, memory.mcp, memory.web, memory.health, memory.exposition
+                   (the metrics scrape), admin, management
                    commands, and the worker's memory.extraction (it reads through queries,
                    writes through actions)
     use cases      memory.search (reads that rank), memory.queries (reads), memory.actions (writes)
@@ -23,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tenants", "audit", "config", "memory", "webhooks")
-ENTRY_POINTS = ("memory.api", "memory.mcp", "memory.web", "memory.health")
+ENTRY_POINTS = ("memory.api", "memory.mcp", "memory.web", "memory.health", "memory.exposition")
 USE_CASES = ("memory.search", "memory.queries", "memory.actions")
 DOMAIN = ("memory.extraction", "memory.graph", "memory.retrieval")
 LOW = ("memory.jobs", "memory.models")
@@ -53,8 +54,9 @@ FORBIDDEN = {
     # use cases (the erasure action reports through webhooks.outbox).
     "webhooks": (*ENTRY_POINTS, *USE_CASES, "memory.extraction", "memory.graph"),
 }
-# A process hook at the very top: gunicorn's loads the embedder before the first request.
-EXEMPT = ("config.gunicorn_conf",)
+# Process hooks at the very top: gunicorn's loads the embedder before the first request; the
+# worker's metrics listener is a process of its own, forked by Dramatiq, that serves the scrape.
+EXEMPT = ("config.gunicorn_conf", "config.metrics_server")
 
 
 def module_name(path: Path) -> str:

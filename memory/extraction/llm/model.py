@@ -14,6 +14,7 @@ May import llm.types, llm.schemas, llm.prompts and llm.clean.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 from anthropic.types import TextBlockParam, ToolParam
 
+from config import metrics
 from memory.extraction.llm.clean import clean_entities, clean_relations
 from memory.extraction.llm.prompts import (
     CONTRADICTIONS_SYSTEM,
@@ -127,6 +129,23 @@ class ModelExtractor:
         """Send one request forcing `tool` (with `note` after the prompt when not empty)."""
         raise NotImplementedError
 
+    def _counted(self, step: str, system: System, prompt: str, **request: Any) -> Answer:
+        """`_ask`, timed and counted by outcome (config.metrics MODEL_CALLS, MODEL_TOKENS)."""
+        started = time.perf_counter()
+        outcome = "other"
+        try:
+            answer = self._ask(system, prompt, **request)
+            outcome = {"refused": "refused", "cut": "cut"}.get(str(answer.ending), "ok")
+            metrics.count_tokens(self.name, self.model, answer.usage)
+            return answer
+        except Exception as exc:
+            outcome = metrics.failure_kind(exc)
+            raise
+        finally:
+            metrics.MODEL_CALLS.labels(provider=self.name, step=step, outcome=outcome).observe(
+                time.perf_counter() - started
+            )
+
     def _call(
         self,
         system: System,
@@ -153,7 +172,9 @@ class ModelExtractor:
         limit = min(budget or self.max_tokens, self.max_tokens)
         problem = note = ""
         while True:
-            answer = self._ask(system, prompt, attached=attached, tool=tool, limit=limit, note=note)
+            answer = self._counted(
+                name, system, prompt, attached=attached, tool=tool, limit=limit, note=note
+            )
             usage.add(answer.usage)
             if answer.ending == "refused":
                 raise ModelOutputError(f"the model refused the {name} call", usage)
