@@ -78,12 +78,14 @@ def post_worker_init(worker: object) -> None:
     """
     import gc
 
+    from config import tracing
     from memory.text.embeddings import embed_one, embed_query
 
     # The models load on first use (the full one, and the int8 copy search queries go through):
     # load them before the first request.
     embed_one("warm up")
     embed_query("warm up")
+    tracing.start("engram-web")  # when OpenTelemetry's variables ask for it: after the fork
     gc.freeze()
 
 

@@ -29,6 +29,8 @@ if _dir and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
 
 from prometheus_client import Counter, Histogram  # noqa: E402 - after the directory is set
 
+from config import tracing  # noqa: E402
+
 # Seconds; from a cached key lookup (~1 ms) to the request budget's end (5 s) and past it.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # Model calls and jobs: from a cached reply to a minutes-long extraction.
@@ -118,11 +120,17 @@ TOKEN_KINDS = {
 
 
 @contextmanager
-def timed(histogram: Histogram, **labels: str) -> Iterator[None]:
-    """Observe the block's wall time in `histogram` under `labels`, whether it raised or not."""
+def timed(histogram: Histogram, span: str = "", **labels: str) -> Iterator[None]:
+    """Observe the block's wall time in `histogram` under `labels`, whether it raised or not;
+    with `span`, also a trace span of that name with the labels as attributes (when tracing is
+    on: config.tracing)."""
     started = time.perf_counter()
     try:
-        yield
+        if span:
+            with tracing.span(span, {f"engram.{k}": v for k, v in labels.items()}):
+                yield
+        else:
+            yield
     finally:
         histogram.labels(**labels).observe(time.perf_counter() - started)
 

@@ -22,7 +22,7 @@ import django
 import dramatiq
 from dramatiq.broker import MessageProxy
 
-from config import metrics
+from config import metrics, tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
@@ -73,6 +73,7 @@ class Metrics(dramatiq.Middleware):
     def __init__(self, listen: bool) -> None:
         self.listen = listen
         self.started: dict[str, float] = {}
+        self.spans: dict[str, tracing.Consumed] = {}
         self.lock = threading.Lock()
 
     @property
@@ -84,6 +85,15 @@ class Metrics(dramatiq.Middleware):
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         with self.lock:
             self.started[message.message_id] = time.perf_counter()
+        sent = {k: v for k, v in message.options.items() if k in ("traceparent", "tracestate")}
+        span = tracing.consumed(
+            message.actor_name,
+            sent,
+            {"messaging.system": "dramatiq", "messaging.destination.name": message.queue_name},
+        )
+        if span is not None:
+            with self.lock:
+                self.spans[message.message_id] = span
 
     def after_process_message(
         self,
@@ -95,6 +105,9 @@ class Metrics(dramatiq.Middleware):
     ) -> None:
         with self.lock:
             started = self.started.pop(message.message_id, None)
+            span = self.spans.pop(message.message_id, None)
+        if span is not None:
+            span.end(exception)
         if started is not None:
             outcome = "done" if exception is None else "error"
             metrics.JOBS.labels(actor=message.actor_name, outcome=outcome).observe(
@@ -104,6 +117,9 @@ class Metrics(dramatiq.Middleware):
     def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         with self.lock:
             self.started.pop(message.message_id, None)
+            span = self.spans.pop(message.message_id, None)
+        if span is not None:
+            span.end(None)
 
 
 def recycle_after(limit: int) -> None:
@@ -119,3 +135,4 @@ from django.conf import settings  # noqa: E402 - after django.setup()
 
 recycle_after(settings.ENGRAM_WORKER_MAX_TASKS)
 dramatiq.get_broker().add_middleware(Metrics(listen=bool(settings.ENGRAM_METRICS_BIND)))
+tracing.start("engram-worker")  # when OpenTelemetry's variables ask for it

@@ -28,12 +28,13 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from opentelemetry.trace import SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from config import metrics
+from config import metrics, tracing
 from memory import jobs
 from memory.extraction.broker import SCHEMA
 
@@ -243,10 +244,18 @@ class MetricsMiddleware:
         if request.path_info == METRICS_PATH:
             return self._metrics(request)
         started = time.perf_counter()
-        response = self.get_response(request)
         method = request.method if request.method in METHODS else "other"
+        sent = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
+        with tracing.span(method, parent=sent, kind=SpanKind.SERVER) as span:
+            response = self.get_response(request)
+            pattern = route(request)
+            if span is not None:
+                span.update_name(f"{method} {pattern}")
+                span.set_attribute("http.request.method", method)
+                span.set_attribute("http.route", pattern)
+                span.set_attribute("http.response.status_code", response.status_code)
         metrics.HTTP_REQUESTS.labels(
-            method=method, route=route(request), status=str(response.status_code)
+            method=method, route=pattern, status=str(response.status_code)
         ).observe(time.perf_counter() - started)
         return response
 

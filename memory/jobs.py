@@ -4,11 +4,13 @@ Each Job names one Dramatiq actor: its actor name and its queue. memory.extracti
 declares the actors under exactly these names and queues (it reads them from here), with the
 options the worker applies when it runs them (retries, backoff, time limits). A send builds the
 message the actor's own `send` builds (dramatiq's Message: the queue, the actor name, the
-positional arguments, no keyword arguments, no options) and enqueues it on the configured
+positional arguments, no keyword arguments; as options only the sender's trace context, when
+tracing is on: config.tracing) and enqueues it on the configured
 broker, memory.extraction.broker.Broker, whose sends give up after SEND_BUDGET_SECONDS. So a
 writer (memory.actions, which sends on commit) needs neither the actors nor the code they run.
 
-Imports dramatiq only: it sits below memory.actions and memory.extraction alike.
+Imports dramatiq (and config.tracing) only: it sits below memory.actions and memory.extraction
+alike.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import dramatiq
+
+from config import tracing
 
 
 class Job:
@@ -40,7 +44,8 @@ class Job:
             actor_name=self.actor_name,
             args=args,
             kwargs={},
-            options={},
+            # The sender's trace context, when tracing is on: the worker's span is its child.
+            options=tracing.carrier(),
         )
 
     def send(self, *args: Any) -> dramatiq.Message[Any]:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DataError
 
-from config import metrics
+from config import metrics, tracing
 from config.exceptions import switching_embeddings
 from memory import graph, queries, rerank
 from memory.models import MemoryQuerySet
@@ -165,6 +165,10 @@ def search(
         # How near it came is the best of what it may answer with: 0 when nothing shares a word.
         best = max((hit.score.score for hit in hits), default=0.0)
     ids = [hit.memory.id for hit in hits]
+    relations = None
+    if relations_of is not None:
+        with tracing.span("search.graph"):
+            relations = queries.search_relations(project_id, relations_of, query, ids)
     metrics.SEARCHES.labels(
         strategy="exact" if ranked.exact else "hnsw",
         outcome="results" if hits else "nothing_relevant",
@@ -172,9 +176,7 @@ def search(
     return Found(
         hits,
         queries.linked_memory_ids(project_id, ids) if linked else {},
-        queries.search_relations(project_id, relations_of, query, ids)
-        if relations_of is not None
-        else None,
+        relations,
         best,
         reranked=False if rerank_asked else None,
         top_k=top_k if pending else None,

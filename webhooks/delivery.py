@@ -31,7 +31,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from config import metrics
+from config import metrics, tracing
 from config.outbound import deadline_client
 from tenants.db import project_context
 from webhooks.addresses import UrlError, addresses
@@ -92,7 +92,10 @@ def attempt(delivery_id: uuid.UUID, project_id: uuid.UUID) -> float | None:
         if isinstance(body, Dropped):
             drop(claimed, body.reason)
             return None
-        outcome = post(claimed, body)
+        with tracing.span("webhook.delivery", {"engram.attempt": claimed.attempt}) as span:
+            outcome = post(claimed, body)
+            if span is not None and outcome.status is not None:
+                span.set_attribute("http.response.status_code", outcome.status)
     except Exception as exc:  # any failure is this attempt's, recorded: the job ends
         outcome = Outcome(None, f"{type(exc).__name__}: {exc}"[:500], "", 0)
     except BaseException as exc:  # the worker's time limit or shutdown: recorded, then let go

@@ -324,7 +324,8 @@ def hybrid_search(
         *candidate_params,
     )
     # On the read replica when one is configured and caught up, else the primary.
-    with metrics.timed(metrics.SEARCH_STATEMENT, strategy="exact" if exact else "hnsw"):
+    strategy = "exact" if exact else "hnsw"
+    with metrics.timed(metrics.SEARCH_STATEMENT, "search.statement", strategy=strategy):
         rows = fetch_all(sql, params)
     # Fusion needs every candidate's signals; model instances are built for the winners only.
     # A raw message's conversation (across add requests), else the request it came in.

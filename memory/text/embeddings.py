@@ -623,7 +623,7 @@ def in_process() -> bool:
 
 
 def embed(texts: Sequence[str], max_tokens: int | None = None) -> Vectors:
-    with metrics.timed(metrics.EMBEDDING, kind="texts", embedder=_where()):
+    with metrics.timed(metrics.EMBEDDING, "embed.texts", kind="texts", embedder=_where()):
         return get_embedder().embed(texts, max_tokens)
 
 
@@ -657,7 +657,7 @@ def embed_query(*readings: str) -> list[float]:
     its query model (ENGRAM_QUERY_PRECISION); of several readings of the same question, the mean
     direction of theirs (a model run each, about 0.8 ms; one request to a hosted embedder)."""
     embedder = get_embedder()
-    with metrics.timed(metrics.EMBEDDING, kind="query", embedder=_where()):
+    with metrics.timed(metrics.EMBEDDING, "embed.query", kind="query", embedder=_where()):
         if isinstance(embedder, OnnxSentenceModel):
             vectors = np.array([embedder.embed_query(text) for text in readings])
         else:

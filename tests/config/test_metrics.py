@@ -90,6 +90,7 @@ def test_metrics_are_off_without_a_token_and_need_it(settings: Any) -> None:
 def test_a_scrape_has_the_database_figures(metrics_token: str, settings: Any) -> None:
     settings.ENGRAM_MODEL_PRICES = parse_prices('{"m-1": {"input": 1, "output": 5}}')
     with connection.cursor() as cursor:  # a due message of the events queue, a minute old
+        cursor.execute("DELETE FROM dramatiq.queue")  # (rolled back with the test)
         cursor.execute(
             "INSERT INTO dramatiq.queue (message_id, queue_name, state, message, available_at) "
             "VALUES (gen_random_uuid(), 'events', 'queued', '{}', now() - interval '60 seconds'),"

@@ -22,8 +22,9 @@ from datetime import date
 from typing import Any, Literal, TypeVar
 
 from anthropic.types import TextBlockParam, ToolParam
+from opentelemetry.trace import SpanKind
 
-from config import metrics
+from config import metrics, tracing
 from memory.extraction.llm.clean import clean_entities, clean_relations
 from memory.extraction.llm.prompts import (
     CONTRADICTIONS_SYSTEM,
@@ -133,18 +134,25 @@ class ModelExtractor:
         """`_ask`, timed and counted by outcome (config.metrics MODEL_CALLS, MODEL_TOKENS)."""
         started = time.perf_counter()
         outcome = "other"
-        try:
-            answer = self._ask(system, prompt, **request)
-            outcome = {"refused": "refused", "cut": "cut"}.get(str(answer.ending), "ok")
-            metrics.count_tokens(self.name, self.model, answer.usage)
-            return answer
-        except Exception as exc:
-            outcome = metrics.failure_kind(exc)
-            raise
-        finally:
-            metrics.MODEL_CALLS.labels(provider=self.name, step=step, outcome=outcome).observe(
-                time.perf_counter() - started
-            )
+        attributes = {"engram.provider": self.name, "engram.step": step, "engram.model": self.model}
+        with tracing.span("model.call", attributes, kind=SpanKind.CLIENT) as span:
+            try:
+                answer = self._ask(system, prompt, **request)
+                outcome = {"refused": "refused", "cut": "cut"}.get(str(answer.ending), "ok")
+                metrics.count_tokens(self.name, self.model, answer.usage)
+                if span is not None:
+                    span.set_attribute("engram.input_tokens", answer.usage.input_tokens)
+                    span.set_attribute("engram.output_tokens", answer.usage.output_tokens)
+                return answer
+            except Exception as exc:
+                outcome = metrics.failure_kind(exc)
+                raise
+            finally:
+                if span is not None:
+                    span.set_attribute("engram.outcome", outcome)
+                metrics.MODEL_CALLS.labels(provider=self.name, step=step, outcome=outcome).observe(
+                    time.perf_counter() - started
+                )
 
     def _call(
         self,
