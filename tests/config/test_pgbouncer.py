@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
+import dj_database_url
 import httpx
 import psycopg
 import pytest
@@ -28,7 +29,7 @@ from django.db import connections
 from tests.config.test_deadlines import memories_locked
 from tests.config.test_gunicorn import free_port, gunicorn_server
 from tests.factory import make_key
-from tests.memory.test_events import database_url, start_worker, stop, wait_for
+from tests.memory.test_events import start_worker, stop, wait_for
 
 pytestmark = pytest.mark.pgbouncer
 
@@ -50,14 +51,21 @@ def _script(command: str, port: int) -> str:
     return done.stdout
 
 
+def _app_url(port: int) -> str:
+    """The test database as the application role (DATABASE_URL's), on 127.0.0.1:`port`: a
+    module's fixture may run while a committed test's teardown left the owner connected."""
+    app = dj_database_url.parse(os.environ["DATABASE_URL"])
+    name = connections["default"].settings_dict["NAME"]
+    return f"postgresql://{app['USER']}:{app['PASSWORD']}@127.0.0.1:{port}/{name}"
+
+
 @pytest.fixture(scope="module")
 def pooled_url(django_db_setup: None) -> Iterator[str]:
     """The test database's URL through a PgBouncer of its own, in transaction mode."""
     port = free_port()
     _script("start", port)
-    db = connections["default"].settings_dict
     try:
-        yield f"postgresql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:{port}/{db['NAME']}"
+        yield _app_url(port)
     finally:
         _script("stop", port)
 
@@ -70,9 +78,8 @@ def api(pooled_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[h
         port = stack.enter_context(
             gunicorn_server(log, DATABASE_URL=pooled_url, **POOLED, **API_DEADLINES)
         )
-        worker = start_worker(
-            DATABASE_URL=pooled_url, ENGRAM_BROKER_LISTEN_URL=database_url(), **POOLED
-        )
+        direct = _app_url(int(connections["default"].settings_dict["PORT"]))
+        worker = start_worker(DATABASE_URL=pooled_url, ENGRAM_BROKER_LISTEN_URL=direct, **POOLED)
         stack.callback(stop, worker)
         client = stack.enter_context(httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30))
         yield client
