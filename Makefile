@@ -10,7 +10,7 @@ ENV_FILE := .local/engram.env
 # Load the local cluster's connection settings (written by scripts/pg.sh) into a recipe.
 WITH_ENV := set -a && . ./$(ENV_FILE) && set +a &&
 
-.PHONY: help install venv postgres model model-mpnet model-e5 db migrate run stop test compat lint format browser node-client promtool docs
+.PHONY: help install venv postgres pgbouncer model model-mpnet model-e5 db migrate run stop test compat lint format browser node-client promtool docs
 
 help:
 	@echo "make run    install what is missing, start Postgres, migrate, serve on 127.0.0.1:8000"
@@ -33,6 +33,11 @@ $(STAMP): pyproject.toml
 
 postgres:
 	@bash scripts/install-postgres.sh
+
+# Debian's PgBouncer (>= 1.21), which tests/config/test_pgbouncer.py runs the API and worker
+# through in transaction mode (scripts/pgbouncer.sh starts a project-local one).
+pgbouncer: postgres
+	@bash scripts/install-pgbouncer.sh
 
 # The local embedding model ENGRAM_LOCAL_MODEL names (all-MiniLM-L6-v2 unless it says otherwise).
 LOCAL_MODEL := $(or $(ENGRAM_LOCAL_MODEL),all-MiniLM-L6-v2)
@@ -80,7 +85,7 @@ run: migrate model
 stop:
 	@bash scripts/run.sh stop
 
-test: venv db model model-mpnet model-e5 browser node-client promtool
+test: venv db pgbouncer model model-mpnet model-e5 browser node-client promtool
 	@mkdir -p .local/static
 	@$(WITH_ENV) $(BIN)/pytest
 

@@ -1,10 +1,14 @@
 """Deadlines of the application's database sessions, chosen by the kind of process.
 
 They are libpq connection options (`-c statement_timeout=…`), so they cost no round trip: a
-session gets them when it connects. Every process starts with the background deadlines
-(settings.py: workers, management commands, the test suite); the web server's processes switch
-to the tighter API ones (config/wsgi.py), and `manage.py migrate` drops the statement deadline
-(config/cli.py), since building an index over a large table may take minutes.
+session gets them when it connects. Behind a transaction pooler (ENGRAM_DB_POOL_MODE=transaction)
+no session outlives a transaction, so each transaction sets them for itself instead, as `SET
+LOCAL`s sent in the message of its first statement (config.pooling, transaction_statement()).
+
+Every process starts with the background deadlines (settings.py: workers, management commands,
+the test suite); the web server's processes switch to the tighter API ones (config/wsgi.py), and
+`manage.py migrate` drops the statement deadline (config/cli.py), since building an index over a
+large table may take minutes.
 
 Under the API deadlines a request also has one time budget for all its statements together,
 ENGRAM_API_REQUEST_BUDGET_MS from its start (RequestBudget): a request of many statements,
@@ -12,10 +16,14 @@ each under statement_timeout, cannot add up to more. While a request has used le
 twentieth of its budget, each statement's own deadline bounds it (nothing is sent); past that,
 each statement is sent with statement_timeout set to what is left, and none is sent once
 nothing is: the request ends as a statement past its deadline does (503, nothing changed).
+Behind a transaction pooler the lowered deadline is the open transaction's (SET LOCAL); a
+statement that starts a transaction, or runs outside one, keeps its full deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,10 +39,48 @@ _kind: Kind = "background"
 BUDGET_SLACK = 1 / 20
 
 
-def session_options(base: str, deadlines: Mapping[str, int], idle_ms: int) -> str:
-    """libpq `options`: `base`, then each deadline (milliseconds; 0 is none)."""
-    settings = {**deadlines, "idle_in_transaction_session_timeout": idle_ms}
-    return " ".join([base, *(f"-c {name}={int(ms)}" for name, ms in settings.items())])
+_statement: str | None = None  # transaction_statement(), made by use()
+_SETTING_VALUE = re.compile(r"[A-Za-z0-9_.]+")  # what the statements below may carry unquoted
+
+
+def session_values(
+    base: Mapping[str, str], deadlines: Mapping[str, int], idle_ms: int
+) -> dict[str, str]:
+    """The sessions' settings: `base`, then each deadline (milliseconds; 0 is none)."""
+    timeouts = {**deadlines, "idle_in_transaction_session_timeout": idle_ms}
+    return {**base, **{name: str(int(ms)) for name, ms in timeouts.items()}}
+
+
+def session_options(values: Mapping[str, str]) -> str:
+    """libpq `options` giving a session `values`."""
+    return " ".join(f"-c {name}={value}" for name, value in values.items())
+
+
+def transaction_statement() -> str:
+    """`SET LOCAL` of each of this process's session settings, `;`-separated: what each
+    transaction runs first behind a transaction pooler (config.pooling)."""
+    global _statement  # noqa: PLW0603 - the default kind's, until use() chooses one
+    if _statement is None:
+        _statement = _set_local(_values(_kind))
+    return _statement
+
+
+def _set_local(values: Mapping[str, str]) -> str:
+    for name, value in values.items():
+        if not (_SETTING_VALUE.fullmatch(name) and _SETTING_VALUE.fullmatch(value)):
+            raise ValueError(f"unexpected session setting {name}={value!r}")
+    return "; ".join(f"SET LOCAL {name} = {value}" for name, value in values.items())
+
+
+def _values(kind: Kind) -> dict[str, str]:
+    from django.conf import settings
+
+    deadlines = dict(settings.ENGRAM_DB_DEADLINES["background" if kind == "migrate" else kind])
+    if kind == "migrate":
+        deadlines["statement_timeout"] = 0
+    return session_values(
+        settings.DB_SESSION_SETTINGS, deadlines, settings.ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS
+    )
 
 
 def kind() -> Kind:
@@ -48,27 +94,28 @@ def use(kind: Kind) -> None:
     from django.conf import settings
     from django.db import connections
 
-    global _kind  # noqa: PLW0603 - the process's kind, chosen once at start-up
+    global _kind, _statement  # noqa: PLW0603 - the process's kind, chosen once at start-up
     _kind = kind
-    deadlines = dict(settings.ENGRAM_DB_DEADLINES["background" if kind == "migrate" else kind])
-    if kind == "migrate":
-        deadlines["statement_timeout"] = 0
-    options = session_options(
-        settings.DB_SESSION_OPTIONS, deadlines, settings.ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS
-    )
-    for alias in connections:
-        connections[alias].settings_dict.setdefault("OPTIONS", {})["options"] = options
+    values = _values(kind)
+    _statement = _set_local(values)
+    if not settings.TRANSACTION_POOLING:
+        options = session_options(values)
+        for alias in connections:
+            connections[alias].settings_dict.setdefault("OPTIONS", {})["options"] = options
     connections.close_all()
 
 
 class RequestBudget:
     """A Django execute wrapper: the request's statements end within `seconds` together."""
 
-    def __init__(self, seconds: float, statement_ms: int) -> None:
+    def __init__(self, seconds: float, statement_ms: int, *, pooled: bool = False) -> None:
         self.seconds = seconds
         self.started = time.monotonic()
         self.statement_ms = statement_ms  # the session's own statement_timeout
         self.lowered = False
+        # Behind a transaction pooler a session-level SET would stay on a server session other
+        # clients get next: the budget lowers the deadline for the open transaction only.
+        self.pooled = pooled
 
     def __call__(
         self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
@@ -87,12 +134,19 @@ class RequestBudget:
                 cancel = QueryCanceled(f"the request used its budget of {self.seconds:g} s")
                 raise OperationalError(str(cancel)) from cancel
             if not self.statement_ms or left_ms < self.statement_ms:
-                try:
-                    session.execute(f"SET statement_timeout = {left_ms}")
-                    self.lowered = True
-                except psycopg.Error:
-                    pass  # a broken session: the statement itself fails as Django reports it
+                # A broken session: the statement itself fails as Django reports it.
+                with contextlib.suppress(psycopg.Error):
+                    self._lower(session, left_ms)
         return execute(sql, params, many, context)
+
+    def _lower(self, session: Any, left_ms: int) -> None:
+        if not self.pooled:
+            session.execute(f"SET statement_timeout = {left_ms}")
+            self.lowered = True
+        elif session.info.transaction_status == pq.TransactionStatus.INTRANS:
+            session.execute(f"SET LOCAL statement_timeout = {left_ms}")
+        # Else the statement opens a transaction (or runs on its own), and carries the
+        # process's own deadline with it (config.pooling): it keeps that one.
 
     def restore(self, connection: Any) -> None:
         """Give the session its own deadline back (it outlives the request)."""
@@ -118,7 +172,7 @@ def request_budget() -> Iterator[None]:
         yield
         return
     statement_ms = int(settings.ENGRAM_DB_DEADLINES["api"]["statement_timeout"])
-    budget = RequestBudget(budget_ms / 1000, statement_ms)
+    budget = RequestBudget(budget_ms / 1000, statement_ms, pooled=settings.TRANSACTION_POOLING)
     try:
         with connection.execute_wrapper(budget):
             yield

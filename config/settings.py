@@ -12,7 +12,7 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.deadlines import session_options
+from config.deadlines import session_options, session_values
 from config.env import (
     env_bool,
     env_choice,
@@ -160,7 +160,19 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # instead of returning at most ef_search candidates before the scope filter. No JIT: a search
 # over a large scope has a plan cost above jit_above_cost, and compiling it cost 20-80 ms per
 # search at 1M memories for a statement that runs in tens of ms (bench/scale.py).
-DB_SESSION_OPTIONS = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100 -c jit=off"
+DB_SESSION_SETTINGS = {
+    "hnsw.iterative_scan": "relaxed_order",
+    "hnsw.ef_search": "100",
+    "jit": "off",
+}
+# "transaction": the database is reached through a pooler in transaction mode (PgBouncer's
+# pool_mode = transaction), which gives each transaction whichever server session is free. The
+# sessions then get no libpq options: each transaction sets the settings above and the deadlines
+# below for itself (config.pooling), server-side cursors are off, and the worker listens for new
+# jobs over ENGRAM_BROKER_LISTEN_URL (or polls). "session": one server session per connection
+# (no pooler, or one in session mode).
+ENGRAM_DB_POOL_MODE = env_choice("ENGRAM_DB_POOL_MODE", "session", ("session", "transaction"))
+TRANSACTION_POOLING = ENGRAM_DB_POOL_MODE == "transaction"
 # Deadlines of the application's database sessions, in milliseconds (0: none), by the kind of
 # process (config.deadlines): statement_timeout and lock_timeout for web requests, and for
 # workers and management commands; idle_in_transaction_session_timeout for all. A request
@@ -187,15 +199,21 @@ ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
     "ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000, minimum=0
 )
 DATABASES["default"]["OPTIONS"] = {
-    "options": session_options(
-        DB_SESSION_OPTIONS,
-        ENGRAM_DB_DEADLINES["background"],
-        ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS,
-    ),
     # A database that does not answer (down host, full backlog) fails the request with a 503
     # after this many seconds (config.exceptions), instead of holding the worker.
     "connect_timeout": env_int("ENGRAM_DB_CONNECT_TIMEOUT", 5, minimum=1),
 }
+if not TRANSACTION_POOLING:
+    DATABASES["default"]["OPTIONS"]["options"] = session_options(
+        session_values(
+            DB_SESSION_SETTINGS,
+            ENGRAM_DB_DEADLINES["background"],
+            ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+        )
+    )
+# Behind a transaction pooler a server-side cursor outlives its transaction's server session
+# (Django declares them WITH HOLD outside transactions): Django's docs require them off.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = TRANSACTION_POOLING
 _owner_url = env_optional("DATABASE_OWNER_URL")
 ENGRAM_DB_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
 # Optional streaming-replication standby (same app role, same options) for search's statement:
@@ -209,8 +227,15 @@ if _replica_url:
     )
     DATABASES["replica"]["ATOMIC_REQUESTS"] = False
     DATABASES["replica"]["OPTIONS"] = {**DATABASES["default"]["OPTIONS"], "connect_timeout": 2}
+    DATABASES["replica"]["DISABLE_SERVER_SIDE_CURSORS"] = TRANSACTION_POOLING
     # The test runner neither creates nor flushes it: a standby is read-only.
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+# The worker's wait for new jobs (LISTEN) needs a session of its own, which a transaction
+# pooler does not give: with ENGRAM_DB_POOL_MODE=transaction, point this at the same database
+# directly (or through a session-mode pool). Unset: the broker's connections (DATABASE_URL),
+# except behind a transaction pooler, where workers poll for jobs each second instead.
+_listen_url = env_optional("ENGRAM_BROKER_LISTEN_URL")
+ENGRAM_BROKER_LISTEN = dj_database_url.parse(_listen_url) if _listen_url else None
 # How long a search waits for a standby that has not yet replayed the latest commits before
 # it runs on the primary instead; 0: never wait.
 ENGRAM_REPLICA_WAIT_MS = env_int("ENGRAM_REPLICA_WAIT_MS", 5, minimum=0)

@@ -10,6 +10,11 @@ A send gives up after SEND_BUDGET_SECONDS (dramatiq-postgres alone retries for m
 held an add whose memory was already stored until gunicorn killed the worker (a 500 after 30 s).
 The callers send robustly (transaction.on_commit(..., robust=True)): a lost send is logged, the
 request still answers; what repairs it is said where each send is made (memory.actions).
+
+Behind a transaction pooler (ENGRAM_DB_POOL_MODE=transaction) every statement of the broker
+works as it is (each is a transaction; its advisory lock is the transaction's), but a worker's
+LISTEN for new jobs needs a session of its own: it goes over ENGRAM_BROKER_LISTEN_URL (the
+database directly), or, without one, workers poll for jobs each second instead of listening.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ from dramatiq.common import current_millis, dq_name
 from dramatiq.message import Message
 from dramatiq.middleware import default_middleware
 from dramatiq_postgres import PostgresBroker
-from dramatiq_postgres.broker import QUERIES, PostgresConsumer
+from dramatiq_postgres.broker import QUERIES, Notifier, PostgresConsumer
 from dramatiq_postgres.django.middleware import DbConnectionsMiddleware
-from dramatiq_postgres.utils import raise_connection_error, tidy4json, transaction
+from dramatiq_postgres.utils import make_pool, raise_connection_error, tidy4json, transaction
 from psycopg import DatabaseError, InterfaceError
 from psycopg.types.json import Json
 from psycopg_pool import PoolTimeout
@@ -38,12 +43,26 @@ SEND_BUDGET_SECONDS = 3.0
 
 
 class Broker(PostgresBroker):  # type: ignore[misc]  # dramatiq_postgres has no types
-    """dramatiq-postgres with sends that give up after SEND_BUDGET_SECONDS.
+    """dramatiq-postgres with sends that give up after SEND_BUDGET_SECONDS, and its LISTEN
+    on a connection of its own when `listen_url` is given.
 
     PostgresBroker.enqueue retries for minutes, and each try takes its connection through
     dramatiq_postgres.utils.getconn, which retries again (10 times, waits up to 30 s): the same
     statement here, with one bounded retry loop and a bounded wait for a pooled connection.
     """
+
+    def __init__(self, *, listen_url: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.listen_pool: Any = None
+        if listen_url is not None and kwargs.get("listen", True):
+            # One session per process, held while it listens (the library's Notifier).
+            self.listen_pool = make_pool(dict(listen_url), maxconn=1)
+            self.notifier = Notifier(self.listen_pool)
+
+    def close(self) -> None:
+        super().close()
+        if self.listen_pool is not None:
+            self.listen_pool.close()
 
     def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> Any:
         self.emit_before("enqueue", message, delay)
@@ -160,8 +179,13 @@ def configure(database: Mapping[str, Any]) -> PostgresBroker:
     """Make a broker on `database` the current one, and move the declared actors to it."""
     middleware = [m() for m in default_middleware] + [DbConnectionsMiddleware()]
     ttl = settings.ENGRAM_WORKER_HEARTBEAT_SECONDS
+    listen = settings.ENGRAM_BROKER_LISTEN
     broker = Broker(
         url=connection_kwargs(database),
+        # A LISTEN through a transaction pooler lands on a server session other clients get
+        # next (and never hears its notifications): poll instead, unless there is a direct URL.
+        listen=listen is not None or not settings.TRANSACTION_POOLING,
+        listen_url=connection_kwargs(listen) if listen is not None else None,
         schema=SCHEMA,
         results=False,
         middleware=middleware,
