@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -125,7 +126,16 @@ def worktree(base: str, stack: ExitStack) -> Path:
     return where
 
 
-def one(client: httpx.Client, kind: str, user: str, rng: random.Random) -> float:
+def shown(env: dict[str, str]) -> str:
+    """Settings as printed: a URL's password hidden."""
+    hidden = {k: PASSWORD.sub(r"://\1:***@", v) for k, v in env.items()}
+    return " ".join(f"{k}={v}" for k, v in hidden.items())
+
+
+PASSWORD = re.compile(r"://([^:/@]+):[^@]*@")
+
+
+def one(client: httpx.Client, kind: str, user: str, rng: random.Random, server: str = "") -> float:
     started = time.perf_counter()
     if kind == "ping":
         response = client.get("/v1/ping/")
@@ -133,7 +143,9 @@ def one(client: httpx.Client, kind: str, user: str, rng: random.Random) -> float
         body = {"query": sentence(rng), "filters": {"user_id": user}}
         response = client.post("/v2/memories/search/", json=body)
     else:
-        body = {"messages": sentence(rng), "user_id": f"{user}-adds", "infer": False}
+        # Each server adds to a scope of its own: the same text twice in one scope would make
+        # the second add a duplicate's (another path), the first and second in turn.
+        body = {"messages": sentence(rng), "user_id": f"{user}-adds{server}", "infer": False}
         response = client.post("/v1/memories/", json=body)
     elapsed = (time.perf_counter() - started) * 1000
     if response.status_code != 200:
@@ -177,9 +189,12 @@ def main() -> None:
             for kind in KINDS:
                 seed = rng.random()
                 for i in order:
-                    times[("AB"[i], kind)].append(one(clients[i], kind, user, random.Random(seed)))
+                    name = "AB"[i]
+                    times[(name, kind)].append(
+                        one(clients[i], kind, user, random.Random(seed), name)
+                    )
         describe = "this tree" if args.same_code else args.base
-        print(f"A: {describe} {both or ''}; B: this tree {({**both, **only_b}) or ''}")
+        print(f"A: {describe} {shown(both)}; B: this tree {shown({**both, **only_b})}")
         print(f"{args.rounds} rounds; scope of {args.seed} memories; one gunicorn worker each")
         for kind in KINDS:
             a, b = times[("A", kind)], times[("B", kind)]
@@ -192,7 +207,7 @@ def main() -> None:
                 f"  {kind:6} B-A p50 {pb['p50'] - pa['p50']:+.3f} ms, "
                 f"paired median {paired:+.3f} ms"
             )
-        for scope in (user, f"{user}-adds"):  # the bench's memories, deleted
+        for scope in (user, f"{user}-adds", f"{user}-addsA", f"{user}-addsB"):  # deleted
             clients[1].delete("/v1/memories/", params={"user_id": scope}, timeout=300)
     print(f"logs: {logs}")
 

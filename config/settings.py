@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
+from config import dsn
 from config.deadlines import session_options, session_values
 from config.env import (
     env_bool,
@@ -149,9 +149,7 @@ if _db_url is None:
         "`make run` and `make test` write one for the local cluster to .local/engram.env."
     )
 _conn_max_age = env_int("ENGRAM_DB_CONN_MAX_AGE", 60, minimum=0)
-DATABASES = {
-    "default": dj_database_url.parse(_db_url, conn_max_age=_conn_max_age, conn_health_checks=True)
-}
+DATABASES = {"default": dsn.parse(_db_url, conn_max_age=_conn_max_age, conn_health_checks=True)}
 # No transaction per request: an API view validates its input and embeds text first, then does
 # its database work in one tenant transaction (tenants.db.project_context, via
 # memory.api.common.tenant) that also writes the request's access-log row before committing.
@@ -199,6 +197,8 @@ ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
     "ENGRAM_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000, minimum=0
 )
 DATABASES["default"]["OPTIONS"] = {
+    # The URL's own libpq parameters (target_session_attrs, sslmode, …: config.dsn).
+    **dsn.libpq_options(DATABASES["default"]),
     # A database that does not answer (down host, full backlog) fails the request with a 503
     # after this many seconds (config.exceptions), instead of holding the worker.
     "connect_timeout": env_int("ENGRAM_DB_CONNECT_TIMEOUT", 5, minimum=1),
@@ -215,18 +215,22 @@ if not TRANSACTION_POOLING:
 # (Django declares them WITH HOLD outside transactions): Django's docs require them off.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = TRANSACTION_POOLING
 _owner_url = env_optional("DATABASE_OWNER_URL")
-ENGRAM_DB_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
+ENGRAM_DB_OWNER = dsn.parse(_owner_url) if _owner_url else None
 # Optional streaming-replication standby (same app role, same options) for search's statement:
 # used when it has replayed every write that completed before the search began, else, and
 # while it cannot be reached, search stays on the primary (tenants.replica). A short connect
 # timeout (libpq's minimum, 2 s) bounds what an unreachable standby costs.
 _replica_url = env_optional("ENGRAM_REPLICA_URL")
 if _replica_url:
-    DATABASES["replica"] = dj_database_url.parse(
+    DATABASES["replica"] = dsn.parse(
         _replica_url, conn_max_age=_conn_max_age, conn_health_checks=True
     )
     DATABASES["replica"]["ATOMIC_REQUESTS"] = False
-    DATABASES["replica"]["OPTIONS"] = {**DATABASES["default"]["OPTIONS"], "connect_timeout": 2}
+    DATABASES["replica"]["OPTIONS"] = {
+        **{k: v for k, v in DATABASES["default"]["OPTIONS"].items() if k not in dsn.LIBPQ_OPTIONS},
+        **dsn.libpq_options(DATABASES["replica"]),
+        "connect_timeout": 2,
+    }
     DATABASES["replica"]["DISABLE_SERVER_SIDE_CURSORS"] = TRANSACTION_POOLING
     # The test runner neither creates nor flushes it: a standby is read-only.
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
@@ -235,7 +239,7 @@ if _replica_url:
 # directly (or through a session-mode pool). Unset: the broker's connections (DATABASE_URL),
 # except behind a transaction pooler, where workers poll for jobs each second instead.
 _listen_url = env_optional("ENGRAM_BROKER_LISTEN_URL")
-ENGRAM_BROKER_LISTEN = dj_database_url.parse(_listen_url) if _listen_url else None
+ENGRAM_BROKER_LISTEN = dsn.parse(_listen_url) if _listen_url else None
 # How long a search waits for a standby that has not yet replayed the latest commits before
 # it runs on the primary instead; 0: never wait.
 ENGRAM_REPLICA_WAIT_MS = env_int("ENGRAM_REPLICA_WAIT_MS", 5, minimum=0)

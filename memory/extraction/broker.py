@@ -36,6 +36,7 @@ from psycopg import DatabaseError, InterfaceError
 from psycopg.types.json import Json
 from psycopg_pool import PoolTimeout
 
+from config import dsn
 from memory import jobs
 
 SCHEMA = "dramatiq"
@@ -169,6 +170,7 @@ def connection_kwargs(database: Mapping[str, Any]) -> dict[str, str]:
         ("PORT", "port"),
     )
     found = {libpq: str(database[key]) for key, libpq in keys if database.get(key)}
+    found.update(dsn.libpq_options(dict(database)))  # several hosts' target_session_attrs, TLS
     timeout = (database.get("OPTIONS") or {}).get("connect_timeout")
     if timeout:
         found["connect_timeout"] = str(timeout)
