@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -63,6 +64,12 @@ def events_in_queue(event_ids: Sequence[str]) -> set[str]:
     twin until its available_at); 'consumed' ones are held by a worker, and go back to 'queued'
     if that worker dies (the broker's reaper). Acknowledged messages are deleted; 'rejected'
     ones are dead.
+
+    A message a worker has held for longer than an event's lease (ENGRAM_EVENT_LEASE_SECONDS)
+    counts as none: a worker that lost its database mid-message (a failover) could neither
+    record the attempt nor acknowledge the message, and, alive, keeps holding it; the event
+    would wait for that worker's restart. Sent again, it is claimed like any retry (a worker that
+    did still hold it for a long backlog finds it done, or held, and drops it).
     """
     if not event_ids:
         return set()
@@ -71,7 +78,8 @@ def events_in_queue(event_ids: Sequence[str]) -> set[str]:
         cursor.execute(
             f"SELECT DISTINCT message->'args'->>0 FROM {SCHEMA}.queue "  # noqa: S608 - a constant
             "WHERE message->>'actor_name' = %s AND message->'args'->>0 = ANY(%s) "
-            "AND state IN ('queued', 'consumed')",
-            [process_event.actor_name, list(event_ids)],
+            "AND (state = 'queued' OR (state = 'consumed' "
+            "AND consumed_at > now() - make_interval(secs => %s)))",
+            [process_event.actor_name, list(event_ids), settings.ENGRAM_EVENT_LEASE_SECONDS],
         )
         return {row[0] for row in cursor.fetchall()}

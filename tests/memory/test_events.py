@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
@@ -79,6 +81,30 @@ class EventsTestCase(BaseTestCase):
         picked = {event for event, _ in stale_events(now, timedelta(minutes=1))}
         assert picked == {lost, abandoned}
         assert fresh not in picked
+
+    def test_a_message_held_past_the_lease_delivers_nothing(self) -> None:
+        # A worker that lost its database mid-message (a failover) keeps holding the message,
+        # alive: past an event's lease, the sweeper sends the event again.
+        now = timezone.now()
+        held, stuck = self.queue("m n o"), self.queue("p q r")
+        pid = self.alice.key.project_id
+        with project_context(pid):
+            MemoryEvent.objects.filter(pk__in=[held, stuck]).update(
+                status="RUNNING", lease_until=now - timedelta(seconds=1)
+            )
+        lease = settings.ENGRAM_EVENT_LEASE_SECONDS
+        with connections["default"].cursor() as cursor:
+            cursor.execute("DELETE FROM dramatiq.queue")  # (rolled back with the test)
+            for event, consumed in ((held, 1), (stuck, lease + 60)):
+                message = {"actor_name": "process_event", "args": [event, str(pid)]}
+                cursor.execute(
+                    "INSERT INTO dramatiq.queue (message_id, queue_name, state, message, "
+                    "consumed_at) VALUES (gen_random_uuid(), 'events', 'consumed', %s, "
+                    "now() - make_interval(secs => %s))",
+                    [json.dumps(message), consumed],
+                )
+        picked = {event for event, _ in stale_events(now, timedelta(minutes=1))}
+        assert picked == {stuck}
 
 
 def database_url() -> str:

@@ -17,7 +17,12 @@ is checked at the moment of sending. Recording on the event when it was last sen
 second copy that can disagree with it: a send that fails after the record is written, a
 message the broker re-queues or deletes on its own. An event whose worker died is therefore
 left to the broker's reaper as long as the worker's message exists; the sweeper covers messages
-that are gone (a send lost when the broker was unreachable, a message that failed outright).
+that are gone (a send lost when the broker was unreachable, a message that failed outright),
+and messages a live worker has held past an event's lease (it lost its database mid-message, as
+in a failover, and could neither record the attempt nor acknowledge the message).
+
+With --loop, a pass that fails (the database restarting, a failover) is logged and the next
+one comes at its time, on new connections: the sweeper outlives what it is there to repair.
 
 Sweeps hold an advisory lock, so two sweepers never both re-send the same event.
 
@@ -29,15 +34,19 @@ delay has passed (memory.extraction.profiles.refresh_due).
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connections
 
 from memory.extraction.profiles import refresh_due
 from memory.extraction.sweep import sweep
 from webhooks.sweep import sweep as sweep_deliveries
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -55,16 +64,24 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         while True:
-            stale = timedelta(seconds=options["pending_seconds"])
-            sent = sweep(stale)
-            if sent and options["verbosity"] > 0:
-                self.stdout.write(f"re-sent {sent} events")
-            delivered = sweep_deliveries(stale)
-            if delivered and options["verbosity"] > 0:
-                self.stdout.write(f"re-sent {delivered} webhook deliveries")
-            refreshed = refresh_due()
-            if refreshed and options["verbosity"] > 0:
-                self.stdout.write(f"sent {refreshed} profile refreshes")
             if not options["loop"]:
+                self._pass(options)
                 return
+            try:
+                self._pass(options)
+            except Exception:  # the loop must outlive an outage: the next pass retries
+                logger.warning("sweep failed; the next one in %s s", options["loop"], exc_info=True)
+                connections.close_all()
             time.sleep(options["loop"])
+
+    def _pass(self, options: dict[str, Any]) -> None:
+        stale = timedelta(seconds=options["pending_seconds"])
+        sent = sweep(stale)
+        if sent and options["verbosity"] > 0:
+            self.stdout.write(f"re-sent {sent} events")
+        delivered = sweep_deliveries(stale)
+        if delivered and options["verbosity"] > 0:
+            self.stdout.write(f"re-sent {delivered} webhook deliveries")
+        refreshed = refresh_due()
+        if refreshed and options["verbosity"] > 0:
+            self.stdout.write(f"sent {refreshed} profile refreshes")
