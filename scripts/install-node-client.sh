@@ -21,27 +21,10 @@ node_major() {
 }
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    as_root=()
-    if [ "$(id -u)" -ne 0 ]; then
-        if command -v sudo >/dev/null; then
-            as_root=(sudo)
-        else
-            echo "install-node-client: Node.js is missing and installing it needs root: run 'sudo $0' once, or 'apt-get install nodejs npm'." >&2
-            exit 1
-        fi
-    fi
-    export DEBIAN_FRONTEND=noninteractive
     packages=()
     command -v node >/dev/null || packages+=(nodejs)
     command -v npm >/dev/null || packages+=(npm)
-    install_node() {
-        "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
-    }
-    # The package lists may be missing or stale (a fresh container): update once, then retry.
-    if ! install_node 2>/dev/null; then
-        "${as_root[@]}" apt-get update -qq
-        install_node
-    fi
+    bash "${ROOT}/scripts/apt-install.sh" install-node-client "${packages[@]}"
 fi
 
 major="$(node_major)"
