@@ -23,9 +23,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -93,13 +94,13 @@ class Standby:
     def promote(self) -> None:
         run(PG_BIN / "pg_ctl", "-D", self.data, "-w", "-t", "60", "promote")
 
-    def sql(self, statement: str, params: object = None) -> list[tuple[object, ...]]:
+    def sql(self, statement: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         with (
             psycopg.connect(host=str(self.home), port=self.port, user="postgres", dbname=DB,
                             autocommit=True) as conn,
             conn.cursor() as cursor,
         ):  # fmt: skip
-            cursor.execute(statement, params)  # type: ignore[arg-type]
+            cursor.execute(statement, params)
             return cursor.fetchall() if cursor.description else []
 
     def remove(self) -> None:
@@ -261,7 +262,7 @@ def stored(pair: Pair, ids: list[str]) -> dict[str, str]:
     rows = pair.standby.sql(
         "SELECT id::text, text FROM memory_memory WHERE id::text = ANY(%s)", [ids]
     )
-    return dict(rows)  # type: ignore[arg-type]
+    return dict(rows)
 
 
 def finished(pair: Pair) -> dict[str, str]:
@@ -270,7 +271,7 @@ def finished(pair: Pair) -> dict[str, str]:
         "SELECT id::text, status FROM memory_memoryevent WHERE id::text = ANY(%s)",
         [list(pair.events)],
     )
-    return dict(rows)  # type: ignore[arg-type]
+    return dict(rows)
 
 
 def report(pair: Pair) -> str:
