@@ -4,6 +4,7 @@ from django.urls import path, register_converter
 
 from memory.api import (
     batch,
+    context,
     enduser,
     entities,
     events,
@@ -44,6 +45,7 @@ urlpatterns = [
     path("v1/entities/<str:entity_type>/<scope:name>/", entities.delete_entity, name="entity-v1"),
     path("v1/feedback/", feedback.feedback, name="feedback"),
     path("v1/summary/", summary.summary, name="summary"),
+    path("v1/context/", context.context_block, name="context"),
     path("v1/event/<uuid:event_id>/", events.event_detail, name="event"),
     path("v1/event/<uuid:event_id>/revert/", events.revert_event, name="event-revert"),
     path("v1/erasures/<uuid:erasure_id>/", entities.erasure_detail, name="erasure"),

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tenants", "audit", "config", "memory", "webhooks")
 ENTRY_POINTS = ("memory.api", "memory.mcp", "memory.web", "memory.health", "memory.exposition")
-USE_CASES = ("memory.search", "memory.queries", "memory.actions")
+USE_CASES = ("memory.search", "memory.context", "memory.queries", "memory.actions")
 DOMAIN = ("memory.extraction", "memory.graph", "memory.retrieval")
 LOW = ("memory.jobs", "memory.models")
 TEXT = ("memory.text",)
@@ -44,7 +44,9 @@ FORBIDDEN = {
     "memory.graph": (*ENTRY_POINTS, *USE_CASES, "memory.extraction", "memory.retrieval"),
     "memory.actions": (*ENTRY_POINTS, "memory.search", "memory.queries", "memory.extraction"),
     "memory.queries": (*ENTRY_POINTS, "memory.search", "memory.actions", "memory.extraction"),
-    "memory.search": (*ENTRY_POINTS, "memory.actions", "memory.extraction"),
+    "memory.search": (*ENTRY_POINTS, "memory.actions", "memory.extraction", "memory.context"),
+    # The context block composes a search with the profile, the summary and the graph.
+    "memory.context": (*ENTRY_POINTS, "memory.actions", "memory.extraction"),
     # Extraction runs in the worker: it reads through queries and writes through actions.
     "memory.extraction": (*ENTRY_POINTS, "memory.search"),
     # The dashboards are an entry point beside the API: they share nothing with its modules.

@@ -316,6 +316,10 @@ class ApiSchemaTestCase(BaseTestCase):
             Sample(200, "post", "/v1/memories/search/", {"query": "tea", **ALICE, **GRAPH}),
             Sample(400, "post", "/v1/memories/search/", {"query": "tea", "top_k": 0}),
             Sample(503, "post", "/v1/memories/search/", {"query": "tea"}, fault="embedder down"),
+            Sample(200, "post", "/v1/context/", {"query": "tea", **ALICE, "format": "json"}),
+            Sample(200, "post", "/v1/context/", ALICE),
+            Sample(400, "post", "/v1/context/", {**ALICE, "max_tokens": 1}),
+            Sample(503, "post", "/v1/context/", {"query": "tea"}, fault="embedder down"),
             Sample(200, "post", "/v3/memories/?page=1&page_size=1", ALICE),
             Sample(400, "post", "/v3/memories/?page=0", ALICE),
             Sample(404, "post", "/v3/memories/?page=99", ALICE),
@@ -598,7 +602,11 @@ class ApiSchemaTestCase(BaseTestCase):
         schema = documented["content"]["application/json"]["schema"]
         assert not problems(body, schema), (where, status, problems(body, schema), body)
         # An empty list proves nothing about its items: lists, pages and search results have some.
-        if isinstance(body, dict) and ("count" in body or "nothing_relevant" in body):
+        if (
+            isinstance(body, dict)
+            and ("count" in body or "nothing_relevant" in body)
+            and ("results" in body)
+        ):
             body = body["results"]
         assert body != [], f"{where}: no items to check"
 

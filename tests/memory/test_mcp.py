@@ -46,6 +46,8 @@ MEM0_TOOLS = {
     "list_entities": {"source"},
     "list_events": {"event_type", "page", "page_size", "source"},
     "get_event_status": {"event_id", "source"},
+    # engram's own: the context block (memory/context.py).
+    "get_context": {"query", "filters", "max_tokens", "source"},
 }  # fmt: skip
 
 Work = Callable[[Client], Awaitable[Any]]
@@ -148,6 +150,26 @@ def test_a_search_says_when_nothing_is_relevant(live_api: str, acme: NewApiKey) 
     empty = call(live_api, acme, "search_memories", query="coffee", filters={"user_id": "zed"})
     assert empty.structured_content["best_score"] is None
     assert "no memory is stored" in text(empty)
+
+
+def test_get_context_gives_the_fenced_block_or_says_nothing_is_relevant(
+    live_api: str, acme: NewApiKey
+) -> None:
+    coffee = add(live_api, acme, "I love dark roast coffee")
+    add(live_api, acme, "My sister lives in Lisbon")
+    alice: dict[str, Any] = {"filters": {"user_id": "alice"}}
+    block = call(live_api, acme, "get_context", query="what does the user drink?", **alice)
+    assert not block.is_error
+    lines = text(block).splitlines()
+    assert (lines[1], lines[-1]) == ("<recalled_memory>", "</recalled_memory>")
+    assert "I love dark roast coffee" in lines[2]
+    assert block.structured_content["memory_ids"][0] == coffee
+    assert block.structured_content["tokens"] <= 400
+    off = call(live_api, acme, "get_context", query="What is her blood type?", **alice)
+    assert text(off) == "Nothing stored is relevant."
+    assert off.structured_content["nothing_relevant"] is True and not off.is_error
+    small = call(live_api, acme, "get_context", max_tokens=10, **alice)
+    assert small.is_error and "max_tokens" in text(small)
 
 
 def test_it_deletes_a_scope_and_entities_and_lists_entities(live_api: str, acme: NewApiKey) -> None:
