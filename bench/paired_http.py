@@ -10,7 +10,9 @@ alternates), on one keep-alive client per server:
 - `GET /v1/ping/` (authentication, throttling, the access-log row);
 - `POST /v2/memories/search/` in a scope seeded with --seed memories (embedding, the ranking
   statement, scoring);
-- `POST /v1/memories/` with infer=false, one message (embedded and stored in the request).
+- `POST /v1/memories/` with infer=false, one message (embedded and stored in the request);
+- with `--kinds …,context`: `POST /v1/context/` with the search's query (one search, the former
+  texts, the profile and the summary read, the block rendered).
 
 Prints each server's p50 / p95 / p99 / mean per request, and B - A: the difference of the
 medians and the median of the round-by-round differences (the paired figure, which a drift of
@@ -20,6 +22,7 @@ end.
 
     .venv/bin/python bench/paired_http.py [--base 55d44fa] [--rounds 400] [--seed 300]
     .venv/bin/python bench/paired_http.py --same-code --env-b ENGRAM_METRICS_TOKEN=... [...]
+    .venv/bin/python bench/paired_http.py --same-code --kinds search,context  # what a block costs
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from load import auth, free_port
 
 load_local_env()
 BIN = Path(sys.executable).parent
-KINDS = ("ping", "search", "add")
+KINDS = ("ping", "search", "add", "context")
 
 
 def mint_key() -> Any:
@@ -142,6 +145,9 @@ def one(client: httpx.Client, kind: str, user: str, rng: random.Random, server: 
     elif kind == "search":
         body = {"query": sentence(rng), "filters": {"user_id": user}}
         response = client.post("/v2/memories/search/", json=body)
+    elif kind == "context":
+        body = {"query": sentence(rng), "user_id": user}
+        response = client.post("/v1/context/", json=body)
     else:
         # Each server adds to a scope of its own: the same text twice in one scope would make
         # the second add a duplicate's (another path), the first and second in turn.
@@ -161,7 +167,15 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for both")
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--seed", type=int, default=300, help="memories in the searched scope")
+    parser.add_argument(
+        "--kinds",
+        default="ping,search,add",
+        help=f"requests, in each round's order, of {', '.join(KINDS)} (context: POST /v1/context/)",
+    )
     args = parser.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
+    if set(kinds) - set(KINDS):
+        parser.error(f"--kinds: one of {', '.join(KINDS)}")
     both = dict(item.split("=", 1) for item in args.env)
     only_b = dict(item.split("=", 1) for item in args.env_b)
     made = mint_key()
@@ -181,12 +195,12 @@ def main() -> None:
             body = {"messages": seeded[start : start + 100], "user_id": user, "infer": False}
             clients[0].post("/v1/memories/", json=body, timeout=300).raise_for_status()
         for client in clients:  # warm both: models, connections, caches
-            for kind in KINDS * 20:
+            for kind in kinds * 20:
                 one(client, kind, user, rng)
-        times: dict[tuple[str, str], list[float]] = {(s, k): [] for s in "AB" for k in KINDS}
+        times: dict[tuple[str, str], list[float]] = {(s, k): [] for s in "AB" for k in kinds}
         for round_ in range(args.rounds):
             order = (0, 1) if round_ % 2 == 0 else (1, 0)
-            for kind in KINDS:
+            for kind in kinds:
                 seed = rng.random()
                 for i in order:
                     name = "AB"[i]
@@ -196,7 +210,7 @@ def main() -> None:
         describe = "this tree" if args.same_code else args.base
         print(f"A: {describe} {shown(both)}; B: this tree {shown({**both, **only_b})}")
         print(f"{args.rounds} rounds; scope of {args.seed} memories; one gunicorn worker each")
-        for kind in KINDS:
+        for kind in kinds:
             a, b = times[("A", kind)], times[("B", kind)]
             pa, pb = percentiles(a), percentiles(b)
             paired = sorted(y - x for x, y in zip(a, b, strict=True))[len(a) // 2]

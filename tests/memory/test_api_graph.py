@@ -423,6 +423,16 @@ class SearchWithGraphTestCase(BaseTestCase):
             ], path
             assert all(r["target"] == r["destination"] for r in answer["relations"])
 
+    def test_the_context_block_holds_the_relations_the_query_names(self) -> None:
+        body = {"query": "what about chess?", "user_id": "alice", "format": "json"}
+        answer = self.call("post", "/v1/context/", body)
+        assert answer.status_code == 200, answer.content
+        relations = [p["text"] for p in answer.json()["parts"] if p["kind"] == "relation"]
+        assert "Relation: brother \u2014 plays \u2192 chess" in relations
+        # A query that names nothing reads no graph (no relation parts, one statement fewer).
+        plain = self.call("post", "/v1/context/", {**body, "query": "what does she do?"})
+        assert all(p["kind"] != "relation" for p in plain.json()["parts"])
+
     def test_relations_follow_the_rank_of_their_memories(self) -> None:
         body = {"query": "chess", "filters": {"user_id": "alice"}, "enable_graph": True}
         answer = self.search("/v3/memories/search/", {**body, "threshold": 0})

@@ -9,6 +9,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -154,7 +155,10 @@ def test_the_block_never_exceeds_its_budget_nor_cuts_a_part(found: Gathered, bud
     assert ids == sorted(ids)  # best first, as gathered
 
 
-def test_the_python_clients_session_calls_it_as_the_docs_show(live_api: str) -> None:
+def test_the_python_clients_session_calls_it_as_the_docs_show(
+    live_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEM0_TELEMETRY", "False")  # the client's own calls home
     from mem0 import MemoryClient
 
     from tests.factory import make_key
