@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,3 +173,20 @@ def test_the_python_clients_session_calls_it_as_the_docs_show(
     finally:
         client.client.close()
     assert "I keep bees on my roof" in block["context"] and len(block["memory_ids"]) == 1
+
+
+def test_the_javascript_clients_session_calls_it_as_the_docs_show(
+    live_api: str, tmp_path: Path
+) -> None:
+    from tests.factory import make_key
+    from tests.memory.test_mem0_js_client import CLIENT_DIR, run_client
+
+    document = run_client(
+        live_api, make_key("acme", "context-js").raw, tmp_path, CLIENT_DIR / "context.mjs"
+    )
+    steps = document["steps"]
+    assert steps["add"]["ok"], steps["add"]
+    assert steps["context"]["ok"], steps["context"]
+    block = steps["context"]["result"]
+    assert "I keep bees on my roof" in block["context"]
+    assert block["tokens"] <= block["max_tokens"] == 300
