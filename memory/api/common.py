@@ -21,7 +21,8 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 
 from audit.access import log_request, note_access
-from memory import queries
+from memory import context, queries
+from memory import search as searching
 from memory.actions import Actor
 from memory.api import serializers as s
 from memory.models import Memory, MemoryQuerySet
@@ -103,3 +104,26 @@ class EntityPagination(PageNumberPagination):
     page_size = 1000
     page_size_query_param = "page_size"
     max_page_size = 1000
+
+
+def context_block_for(request: Request, data: dict[str, Any]) -> context.Block:
+    """The block for a validated request (ContextRequestSerializer): the API's and MCP's."""
+    memories = matching(request, data)
+    text = data.get("query") or ""
+
+    def attempt() -> context.Gathered:
+        query = (
+            searching.prepare(
+                project_id(request), memories, text, reference=data.get("reference_date")
+            )
+            if text
+            else None
+        )
+        with tenant(request) as project:
+            gathered = context.gather(
+                project, memories, query, top_k=data["top_k"], threshold=data["threshold"]
+            )
+            note_access(request, result_count=len(gathered.memories))
+        return gathered
+
+    return context.render(searching.following_a_switch(attempt), data["max_tokens"])

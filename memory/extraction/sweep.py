@@ -78,8 +78,8 @@ def events_in_queue(event_ids: Sequence[str]) -> set[str]:
         cursor.execute(
             f"SELECT DISTINCT message->'args'->>0 FROM {SCHEMA}.queue "  # noqa: S608 - a constant
             "WHERE message->>'actor_name' = %s AND message->'args'->>0 = ANY(%s) "
-            "AND (state = 'queued' OR (state = 'consumed' "
-            "AND consumed_at > now() - make_interval(secs => %s)))",
+            "AND (state = 'queued' OR (state = 'consumed' AND (consumed_at IS NULL "
+            "OR consumed_at > now() - make_interval(secs => %s))))",
             [process_event.actor_name, list(event_ids), settings.ENGRAM_EVENT_LEASE_SECONDS],
         )
         return {row[0] for row in cursor.fetchall()}

@@ -40,8 +40,7 @@ from memory import search as searching
 from memory.api import common
 from memory.api import serializers as s
 from memory.api.common import MemoryPagination, actor, matching, tenant
-from memory.api.context import ContextRequestSerializer, block_for
-from memory.api.context import body as context_body
+from memory.api.serializers.context import ContextRequestSerializer, context_body
 from memory.mcp.scope import ScopeRefusedError, fixed_filters, scope_ids, within
 from memory.models import SCOPE_FIELDS, Memory, MemoryEvent
 from memory.text.embeddings import embed_one
@@ -325,7 +324,7 @@ def get_context(
         "filters": bound_filters(caller.fixed, filters),
     }
     data = valid(ContextRequestSerializer(data=body))
-    block = block_for(caller.request, data)
+    block = common.context_block_for(caller.request, data)
     return answer(block.text, context_body(block, parts=False))
 
 
