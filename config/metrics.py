@@ -188,14 +188,17 @@ def count_deadlines(
     execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
 ) -> Any:
     """A Django execute wrapper: count a statement the database (or the request's budget)
-    cancelled at a deadline (57014: statement_timeout; 55P03: lock_timeout)."""
+    cancelled at a deadline, as config.exceptions tells one (lock_timeout is 55P03)."""
     try:
         return execute(sql, params, many, context)
     except Exception as exc:
-        sqlstate = getattr(exc.__cause__, "sqlstate", None)
-        if sqlstate in ("57014", "55P03"):
-            deadline = "lock" if sqlstate == "55P03" else "statement"
-            DEADLINES.labels(deadline=deadline, process=process_kind()).inc()
+        # Here, not at the top: config.exceptions needs Django's settings, and this module is
+        # imported before them (config.worker).
+        from config.exceptions import deadline_exceeded
+
+        if deadline_exceeded(exc):
+            lock = getattr(exc.__cause__, "sqlstate", None) == "55P03"
+            DEADLINES.labels(deadline="lock" if lock else "statement", process=process_kind()).inc()
         raise
 
 
